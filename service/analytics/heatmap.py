@@ -1,0 +1,134 @@
+"""Best-configuration heatmap: one cell per (model size class, node count).
+
+Ultra-Scale Playbook, "Benchmarking thousands of configurations": for every model size and node
+count, the best successful run and its configuration. A cell's best run is the successful run with
+the highest metric — `tokens_per_sec_per_gpu` (default) or `mfu` (mfu_derived, falling back to the
+reported mfu) — ties broken by the lower id. Successful runs without the metric rank after those
+with it, so a cell that has successes always shows one. Cells carry counts of successful, OOM and
+other failed runs; a cell with only failures has `best = None`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from service import hardware
+from service.errors import BadRequest
+from service.tables import Run
+
+METRICS = ("tokens_per_sec_per_gpu", "mfu")
+
+
+def metric_expr(metric: str) -> sa.ColumnElement:
+    """SQL expression of a ranking metric; BadRequest for an unknown one."""
+    if metric == "tokens_per_sec_per_gpu":
+        return Run.tokens_per_sec_per_gpu
+    if metric == "mfu":
+        return sa.func.coalesce(Run.mfu_derived, Run.mfu)
+    raise BadRequest(f"unknown metric '{metric}'; one of {', '.join(METRICS)}",
+                     [{"field": "metric", "value": metric, "message": "unknown metric"}])
+
+
+@dataclass
+class HeatmapFilters:
+    """Filters shared by heatmap and its drill-down. gpu_type accepts any catalog alias."""
+
+    gpu_type: str | None = None
+    seq_len: int | None = None
+    global_batch_tokens: int | None = None
+    framework: str | None = None
+    precision: str | None = None
+    started_after: datetime | None = None
+    started_before: datetime | None = None
+
+    def conditions(self) -> list[sa.ColumnElement]:
+        conds: list[sa.ColumnElement] = [Run.model_size_class.is_not(None), Run.nodes.is_not(None)]
+        if self.gpu_type:
+            conds.append(Run.gpu_type == (hardware.canonical_gpu_type(self.gpu_type) or self.gpu_type))
+        if self.seq_len:
+            conds.append(Run.seq_len == self.seq_len)
+        if self.global_batch_tokens:
+            conds.append(Run.global_batch_tokens == self.global_batch_tokens)
+        if self.framework:
+            conds.append(Run.framework == self.framework)
+        if self.precision:
+            conds.append(Run.precision == (hardware.canonical_precision(self.precision) or self.precision))
+        if self.started_after:
+            conds.append(Run.started_at >= self.started_after)
+        if self.started_before:
+            conds.append(Run.started_at < self.started_before)
+        return conds
+
+
+def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per_sec_per_gpu") -> list[dict[str, Any]]:
+    """All cells, sorted by (model_size_class, nodes).
+
+    Returns [{"model_size_class": float (billions), "nodes": int, "best": Run | None,
+    "n_success": int, "n_oom": int, "n_failed": int}]. Two queries: counts per cell, and the top-1
+    successful run per cell by a window function (portable across DuckDB and PostgreSQL).
+    """
+    value = metric_expr(metric)
+    conds = filters.conditions()
+    is_success = Run.status == "success"
+    counts = session.execute(
+        sa.select(
+            Run.model_size_class, Run.nodes,
+            sa.func.sum(sa.case((is_success, 1), else_=0)).label("n_success"),
+            sa.func.sum(sa.case((Run.status == "oom", 1), else_=0)).label("n_oom"),
+            sa.func.count().label("n_all"),
+        ).where(*conds).group_by(Run.model_size_class, Run.nodes)
+    ).all()
+
+    ranked = (
+        sa.select(
+            Run.id,
+            sa.func.row_number().over(
+                partition_by=(Run.model_size_class, Run.nodes),
+                order_by=(value.is_(None), value.desc(), sa.func.coalesce(Run.mfu_derived, Run.mfu).desc(), Run.id),
+            ).label("rank"),
+        ).where(*conds, is_success).subquery()
+    )
+    best_ids = sa.select(ranked.c.id).where(ranked.c.rank == 1)
+    best = {(r.model_size_class, r.nodes): r for r in session.scalars(sa.select(Run).where(Run.id.in_(best_ids)))}
+
+    cells = []
+    for row in sorted(counts, key=lambda r: (r.model_size_class, r.nodes)):
+        n_success, n_oom = int(row.n_success or 0), int(row.n_oom or 0)
+        cells.append({
+            "model_size_class": row.model_size_class,
+            "nodes": row.nodes,
+            "best": best.get((row.model_size_class, row.nodes)),
+            "n_success": n_success,
+            "n_oom": n_oom,
+            "n_failed": int(row.n_all) - n_success - n_oom,
+        })
+    return cells
+
+
+def cell_runs(session: Session, filters: HeatmapFilters, model_size_class: float, nodes: int,
+              metric: str = "tokens_per_sec_per_gpu", limit: int = 500) -> list[Run]:
+    """The runs of one cell, best first (successes by metric, then failures)."""
+    value = metric_expr(metric)
+    return list(session.scalars(
+        sa.select(Run).where(*filters.conditions(), Run.model_size_class == model_size_class, Run.nodes == nodes)
+        .order_by((Run.status != "success"), value.is_(None), value.desc(), Run.id).limit(limit)))
+
+
+def config_label(run: Run | dict) -> str:
+    """The Playbook's cell text: 'DP8 TP1 PP1 GAS16 Z1 MBS2' (CP/EP shown when > 1, recompute when set)."""
+    get = run.get if isinstance(run, dict) else lambda k: getattr(run, k, None)
+    parts = [f"DP{get('dp')}", f"TP{get('tp')}", f"PP{get('pp')}"]
+    if (get("cp") or 1) > 1:
+        parts.append(f"CP{get('cp')}")
+    if (get("ep") or 1) > 1:
+        parts.append(f"EP{get('ep')}")
+    parts += [f"GAS{get('grad_accum_steps') or '?'}", f"Z{get('zero_stage') if get('zero_stage') is not None else '?'}",
+              f"MBS{get('micro_batch_size') or '?'}"]
+    if get("recompute") and get("recompute") != "none":
+        parts.append(f"RC:{get('recompute')}")
+    return " ".join(parts)

@@ -1,0 +1,286 @@
+""""What worked on N nodes for an xB model?" — nearest recorded configurations, adapted to a target.
+
+DESIGN §4. Recorded successful runs are grouped by configuration (model size class, nodes, GPUs per
+node, gpu_type, seq_len and the parallel config). A group with the target's size class and node
+count (and gpu_type/seq_len when given) is an exact match and answers with its recorded numbers.
+Otherwise groups are ranked by a distance
+
+    d = |ln(size/size*)| + |ln(nodes/nodes*)| + |ln(seq/seq*)| + hardware penalty
+
+(0 for the same GPU type or when the target names none, 0.5 for the same vendor, 1 otherwise) and
+their config is adapted: TP/PP/CP/EP/ZeRO/MBS/recompute kept, DP set from the target world size
+(world/(TP·PP·CP), which must be exact), GAS set to hit the target global batch (default: the
+neighbour's global batch). Adapted configs are checked against the memory model
+(service/analytics/memory.py) and against recorded OOMs of the same model size with the same or
+less sharding (same TP·PP·CP, same or lower ZeRO stage, same or larger micro-batch and recompute no
+stronger): such configs are dropped, unless the very configuration has a recorded success.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from service import hardware
+from service.analytics.heatmap import metric_expr
+from service.derive import model_size_class
+from service.errors import BadRequest
+from service.tables import Run
+
+CONFIG_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
+GROUP_FIELDS = ("model_size_class", "nodes", "gpus_per_node", "gpu_type", "seq_len", "dp", "tp", "pp", "cp", "ep",
+                "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
+_RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*$")
+_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def parse_model_params(value: str | int | float) -> int:
+    """'8B' | '1.34B' | '8e9' | '470' | 8030261248 -> parameter count.
+
+    A bare number below 10,000 is read as billions ("8" -> 8e9). Raises BadRequest naming the value.
+    """
+    if isinstance(value, (int, float)):
+        n = float(value)
+    else:
+        m = _SIZE.match(str(value))
+        if not m:
+            raise BadRequest(f"model_params '{value}' is not a size like 8B, 1.34B or 8e9",
+                             [{"field": "model_params", "value": value, "message": "unparseable size"}])
+        n = float(m.group(1)) * _SCALE[m.group(2).lower()]
+    if n < 1e4:
+        n *= 1e9
+    if not math.isfinite(n) or n <= 0:
+        raise BadRequest(f"model_params '{value}' must be positive",
+                         [{"field": "model_params", "value": value, "message": "must be positive"}])
+    return int(n)
+
+
+@dataclass
+class Target:
+    """What the user plans: model size (params), nodes × gpus_per_node of gpu_type, seq_len, batch."""
+
+    model_params: int
+    nodes: int
+    gpus_per_node: int = 8
+    gpu_type: str | None = None
+    seq_len: int | None = None
+    global_batch_tokens: int | None = None
+    num_layers: int | None = None
+    hidden_size: int | None = None
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    ffn_hidden_size: int | None = None
+    vocab_size: int | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def _hw_penalty(target_gpu: str | None, gpu: str | None) -> float:
+    if not target_gpu:
+        return 0.0
+    if gpu == target_gpu:
+        return 0.0
+    a, b = hardware.lookup(target_gpu), hardware.lookup(gpu)
+    if a and b and a.vendor == b.vendor and a.name.split("-")[0] == b.name.split("-")[0]:
+        return 0.25
+    if a and b and a.vendor == b.vendor:
+        return 0.5
+    return 1.0
+
+
+def _log_ratio(a: float | None, b: float | None) -> float:
+    if not a or not b:
+        return 0.0
+    return abs(math.log(a / b))
+
+
+def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu",
+              memory_check: bool = True) -> list[dict[str, Any]]:
+    """Up to k candidates, best first: exact recorded matches by metric, then adapted neighbours by
+    distance. Each candidate: config, recorded metrics, evidence (run ids, count, spread), distance,
+    match ("exact" | "adapted"), memory check, why and risk. Raises BadRequest on a bad target."""
+    if target.nodes < 1 or target.gpus_per_node < 1:
+        raise BadRequest("nodes and gpus_per_node must be >= 1",
+                         [{"field": "nodes", "value": target.nodes, "message": "must be >= 1"}])
+    target_gpu = hardware.canonical_gpu_type(target.gpu_type) or target.gpu_type
+    size_class = model_size_class(target.model_params)
+    value = metric_expr(metric)
+    groups = _groups(session, value, size_class, target)
+    ooms = _recorded_ooms(session, size_class)
+
+    candidates: list[dict[str, Any]] = []
+    for g in groups:
+        exact = (g["model_size_class"] == size_class and g["nodes"] == target.nodes
+                 and g["gpus_per_node"] in (None, target.gpus_per_node)
+                 and (not target_gpu or g["gpu_type"] == target_gpu)
+                 and (not target.seq_len or g["seq_len"] == target.seq_len))
+        cand = _adapt(g, target, target_gpu, exact)
+        if cand is None:
+            continue
+        cand["distance"] = 0.0 if exact else round(
+            _log_ratio(g["model_size_class"], size_class) + _log_ratio(g["nodes"], target.nodes)
+            + _log_ratio(g["seq_len"], target.seq_len) + _hw_penalty(target_gpu, g["gpu_type"]), 4)
+        candidates.append(cand)
+
+    seen: dict[tuple, dict[str, Any]] = {}
+    for cand in sorted(candidates, key=lambda c: (c["match"] != "exact", c["distance"], -(c["metrics"]["value"] or 0))):
+        key = tuple(cand["config"][f] for f in CONFIG_FIELDS)
+        if key in seen:
+            seen[key]["evidence"]["also_supported_by"] += 1
+            continue
+        seen[key] = cand
+    ranked = list(seen.values())
+
+    out: list[dict[str, Any]] = []
+    for cand in ranked:
+        if cand["match"] == "adapted" and _blocked_by_oom(cand, size_class, ooms):
+            continue
+        _attach_memory(cand, target, target_gpu, enabled=memory_check)
+        if cand["match"] == "adapted" and cand["memory"].get("fits") is False:
+            continue
+        out.append(cand)
+        if len(out) >= k:
+            break
+    return out
+
+
+def _groups(session: Session, value, size_class: float | None, target: Target) -> list[dict[str, Any]]:
+    """Successful runs grouped by configuration, with count, best id and metric spread.
+
+    Limited to size classes and node counts within a factor of 16 of the target so the scan stays
+    small on large stores; widened to everything when that window is empty.
+    """
+    cols = [getattr(Run, f) for f in GROUP_FIELDS]
+    base = [Run.status == "success", Run.model_size_class.is_not(None), Run.nodes.is_not(None), Run.tp.is_not(None)]
+    window = [Run.model_size_class.between(size_class / 16, size_class * 16),
+              Run.nodes.between(max(1, target.nodes // 16), target.nodes * 16)] if size_class else []
+    for conds in (base + window, base):
+        ranked = sa.select(
+            *cols, Run.id, value.label("value"), sa.func.coalesce(Run.mfu_derived, Run.mfu).label("mfu_eff"),
+            Run.peak_memory_gib, Run.global_batch_tokens, Run.tokens_per_sec_per_gpu.label("tps"),
+            sa.func.row_number().over(partition_by=cols, order_by=(value.is_(None), value.desc(), Run.id)).label("rank"),
+        ).where(*conds).subquery()
+        rows = session.execute(sa.select(ranked)).mappings().all()
+        if rows:
+            break
+    grouped: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        key = tuple(r[f] for f in GROUP_FIELDS)
+        g = grouped.setdefault(key, {**{f: r[f] for f in GROUP_FIELDS}, "ids": [], "values": [], "best": None})
+        g["ids"].append(r["id"])
+        if r["value"] is not None:
+            g["values"].append(r["value"])
+        if r["rank"] == 1:
+            g["best"] = dict(r)
+    return list(grouped.values())
+
+
+def _adapt(g: dict[str, Any], target: Target, target_gpu: str | None, exact: bool) -> dict[str, Any] | None:
+    tp, pp, cp, ep = g["tp"], g["pp"] or 1, g["cp"] or 1, g["ep"] or 1
+    world = target.world_size
+    if world % (tp * pp * cp):
+        return None
+    dp = world // (tp * pp * cp)
+    if (dp * cp) % ep:
+        return None
+    seq = target.seq_len or g["seq_len"]
+    mbs = g["micro_batch_size"]
+    best = g["best"]
+    gbt_target = target.global_batch_tokens or best["global_batch_tokens"]
+    gas = g["grad_accum_steps"]
+    if gbt_target and mbs and seq:
+        gas = max(1, round(gbt_target / (dp * mbs * seq)))
+    config = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero_stage": g["zero_stage"],
+              "micro_batch_size": mbs, "grad_accum_steps": gas, "recompute": g["recompute"]}
+    changed = [f for f in CONFIG_FIELDS if config[f] != g[f]]
+    values = g["values"]
+    spread = None
+    if values:
+        spread = {"min": min(values), "max": max(values),
+                  "stdev": statistics.pstdev(values) if len(values) > 1 else 0.0}
+    match = "exact" if exact and not changed else "adapted"
+    source = {f: g[f] for f in ("model_size_class", "nodes", "gpus_per_node", "gpu_type", "seq_len")}
+    why = ("recorded on this very target" if match == "exact" else
+           f"recorded on {g['model_size_class']}B × {g['nodes']} nodes"
+           f"{' of ' + g['gpu_type'] if g['gpu_type'] else ''}"
+           f"{', seq ' + str(g['seq_len']) if g['seq_len'] else ''}"
+           f"{'; adapted ' + ', '.join(changed) if changed else ''}")
+    return {
+        "match": match,
+        "config": config,
+        "nodes": target.nodes,
+        "gpus_per_node": target.gpus_per_node,
+        "gpu_type": target_gpu or g["gpu_type"],
+        "seq_len": seq,
+        "global_batch_tokens": dp * mbs * gas * seq if (mbs and gas and seq) else None,
+        "adapted_fields": changed,
+        "source": source,
+        "metrics": {"value": best["value"], "tokens_per_sec_per_gpu": best["tps"], "mfu": best["mfu_eff"],
+                    "peak_memory_gib": best["peak_memory_gib"]},
+        "evidence": {"n_runs": len(g["ids"]), "source_run_ids": g["ids"][:20], "best_run_id": best["id"],
+                     "spread": spread, "also_supported_by": 0},
+        "why": why,
+        "risk": "low: measured on this configuration" if match == "exact" else
+                "medium: extrapolated from a neighbouring configuration; measure before committing",
+    }
+
+
+def _recorded_ooms(session: Session, size_class: float | None) -> list[dict[str, Any]]:
+    if size_class is None:
+        return []
+    rows = session.execute(sa.select(Run.tp, Run.pp, Run.cp, Run.zero_stage, Run.micro_batch_size, Run.recompute,
+                                     Run.seq_len, Run.dp)
+                           .where(Run.status == "oom", Run.model_size_class == size_class).distinct()).mappings().all()
+    return [dict(r) for r in rows]
+
+
+def _blocked_by_oom(cand: dict[str, Any], size_class: float | None, ooms: list[dict[str, Any]]) -> bool:
+    """True when a recorded OOM of the same model had the same or more sharding than this config
+    (same TP/PP/CP, ZeRO stage ≥ ours and, when we shard over DP, DP ≥ ours), no larger
+    micro-batch, no shorter sequence and no weaker recompute: then this config needs at least as
+    much memory as one that ran out."""
+    c = cand["config"]
+    zero_c = c["zero_stage"] or 0
+    for o in ooms:
+        if (o["tp"], o["pp"] or 1, o["cp"] or 1) != (c["tp"], c["pp"], c["cp"]):
+            continue
+        zero_o = o["zero_stage"] or 0
+        as_sharded = zero_o >= zero_c and (zero_c == 0 or (o["dp"] or 1) >= c["dp"])
+        if (as_sharded
+                and (o["micro_batch_size"] or 1) <= (c["micro_batch_size"] or 1)
+                and (not o["seq_len"] or not cand["seq_len"] or o["seq_len"] <= cand["seq_len"])
+                and _RECOMPUTE_RANK.get(o["recompute"], 0) >= _RECOMPUTE_RANK.get(c["recompute"], 0)):
+            cand["blocked_by_oom"] = o
+            return True
+    return False
+
+
+def _attach_memory(cand: dict[str, Any], target: Target, target_gpu: str | None, *, enabled: bool) -> None:
+    cand["memory"] = {}
+    if not enabled:
+        return
+    try:
+        from service.analytics.memory import estimate_memory
+    except ImportError:  # memory model not installed in this build
+        return
+    run = {**cand["config"], "model_params": target.model_params, "seq_len": cand["seq_len"],
+           "gpu_type": target_gpu or cand["gpu_type"], "precision": "bf16",
+           **{f: getattr(target, f) for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads",
+                                              "ffn_hidden_size", "vocab_size") if getattr(target, f)}}
+    try:
+        est = estimate_memory(run)
+    except ValueError as exc:
+        cand["memory"] = {"fits": None, "note": str(exc)}
+        return
+    cand["memory"] = {"predicted_peak_memory_gib": round(est.predicted_peak_memory_gib, 2),
+                      "gpu_memory_gib": est.gpu_memory_gib, "fits": est.fits}

@@ -1,0 +1,163 @@
+"""/api/v1/heatmap, /api/v1/heatmap/cell, /api/v1/recommend, /api/v1/health."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+
+from service import __version__
+from service.analytics import heatmap as hm
+from service.analytics import recommend as rec
+from service.api.deps import DatabaseDep, SessionDep
+from service.schemas import ErrorBody, Health, RunOut
+from service.store import naive_utc
+from service.tables import Run
+
+router = APIRouter(tags=["analytics"])
+
+Metric = Literal["tokens_per_sec_per_gpu", "mfu"]
+
+
+class HeatmapCell(BaseModel):
+    model_size_class: float
+    nodes: int
+    best: RunOut | None
+    config_label: str | None
+    n_success: int
+    n_oom: int
+    n_failed: int
+
+
+class Heatmap(BaseModel):
+    metric: Metric
+    cells: list[HeatmapCell]
+
+
+class CellRuns(BaseModel):
+    model_size_class: float
+    nodes: int
+    runs: list[RunOut]
+
+
+def _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, started_after, started_before):
+    return hm.HeatmapFilters(gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens,
+                             framework=framework, precision=precision,
+                             started_after=naive_utc(started_after) if started_after else None,
+                             started_before=naive_utc(started_before) if started_before else None)
+
+
+@router.get("/heatmap", response_model=Heatmap)
+def heatmap(
+    session: SessionDep,
+    metric: Metric = "tokens_per_sec_per_gpu",
+    gpu_type: Annotated[str | None, Query(max_length=100)] = None,
+    seq_len: Annotated[int | None, Query(ge=1)] = None,
+    global_batch_tokens: Annotated[int | None, Query(ge=1)] = None,
+    framework: Annotated[str | None, Query(max_length=200)] = None,
+    precision: Annotated[str | None, Query(max_length=32)] = None,
+    started_after: datetime | None = None,
+    started_before: datetime | None = None,
+) -> Heatmap:
+    """Best run per (model size class, nodes) cell (Ultra-Scale Playbook heatmap).
+
+    `model_size_class` is in billions of parameters (2 significant figures). A cell's `best` is the
+    successful run with the highest `metric` (tokens/s/GPU, or MFU as a fraction); `config_label`
+    is its config as "DP8 TP1 PP1 GAS16 Z1 MBS2". Counts split successful / OOM / other failed
+    runs; a cell with only failures has `best: null`.
+    """
+    filters = _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, started_after, started_before)
+    cells = hm.heatmap(session, filters, metric)
+    return Heatmap(metric=metric, cells=[
+        HeatmapCell(**{**c, "best": RunOut.model_validate(c["best"]) if c["best"] else None,
+                       "config_label": hm.config_label(c["best"]) if c["best"] else None}) for c in cells])
+
+
+@router.get("/heatmap/cell", response_model=CellRuns)
+def heatmap_cell(
+    session: SessionDep,
+    model_size_class: Annotated[float, Query(gt=0, allow_inf_nan=False)],
+    nodes: Annotated[int, Query(ge=1)],
+    metric: Metric = "tokens_per_sec_per_gpu",
+    gpu_type: Annotated[str | None, Query(max_length=100)] = None,
+    seq_len: Annotated[int | None, Query(ge=1)] = None,
+    global_batch_tokens: Annotated[int | None, Query(ge=1)] = None,
+    framework: Annotated[str | None, Query(max_length=200)] = None,
+    precision: Annotated[str | None, Query(max_length=32)] = None,
+    started_after: datetime | None = None,
+    started_before: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+) -> CellRuns:
+    """Every run of one heatmap cell: successes best first, then failures (same filters as /heatmap)."""
+    filters = _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, started_after, started_before)
+    runs = hm.cell_runs(session, filters, model_size_class, nodes, metric, limit)
+    return CellRuns(model_size_class=model_size_class, nodes=nodes, runs=[RunOut.model_validate(r) for r in runs])
+
+
+class Candidate(BaseModel):
+    match: Literal["exact", "adapted"]
+    config: dict[str, Any]
+    nodes: int
+    gpus_per_node: int
+    gpu_type: str | None
+    seq_len: int | None
+    global_batch_tokens: int | None
+    adapted_fields: list[str]
+    source: dict[str, Any]
+    metrics: dict[str, Any]
+    evidence: dict[str, Any]
+    distance: float
+    memory: dict[str, Any]
+    why: str
+    risk: str
+
+
+class Recommendation(BaseModel):
+    target: dict[str, Any]
+    candidates: list[Candidate]
+
+
+@router.get("/recommend", response_model=Recommendation, responses={400: {"model": ErrorBody}})
+def recommend(
+    session: SessionDep,
+    model_params: Annotated[str, Query(min_length=1, max_length=40, description="8B | 1.34B | 8e9 | 8030261248")],
+    nodes: Annotated[int, Query(ge=1, le=100_000)],
+    gpus_per_node: Annotated[int, Query(ge=1, le=1024)] = 8,
+    gpu_type: Annotated[str | None, Query(max_length=100)] = None,
+    seq_len: Annotated[int | None, Query(ge=1)] = None,
+    global_batch_tokens: Annotated[int | None, Query(ge=1)] = None,
+    num_layers: Annotated[int | None, Query(ge=1)] = None,
+    hidden_size: Annotated[int | None, Query(ge=1)] = None,
+    num_heads: Annotated[int | None, Query(ge=1)] = None,
+    num_kv_heads: Annotated[int | None, Query(ge=1)] = None,
+    ffn_hidden_size: Annotated[int | None, Query(ge=1)] = None,
+    vocab_size: Annotated[int | None, Query(ge=1)] = None,
+    k: Annotated[int, Query(ge=1, le=50)] = 5,
+    metric: Metric = "tokens_per_sec_per_gpu",
+) -> Recommendation:
+    """"What worked on `nodes` nodes for a `model_params` model?" (DESIGN §4).
+
+    Candidates best first: recorded runs of the exact target (match="exact"), then neighbouring
+    configurations adapted to the target (DP from the world size, GAS for the global batch),
+    ranked by distance in log(model size), log(nodes), seq_len ratio and hardware. Each has its
+    config, recorded metrics, evidence (source run ids, count, spread), the memory check, why
+    and risk. 400 when model_params cannot be read.
+    """
+    target = rec.Target(model_params=rec.parse_model_params(model_params), nodes=nodes, gpus_per_node=gpus_per_node,
+                        gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens,
+                        num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
+                        num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size)
+    candidates = rec.recommend(session, target, k=k, metric=metric)
+    return Recommendation(target={**target.__dict__, "world_size": target.world_size,
+                                  "model_size_class": rec.model_size_class(target.model_params)},
+                          candidates=[Candidate(**c) for c in candidates])
+
+
+@router.get("/health", response_model=Health, tags=["health"])
+def health(db: DatabaseDep, session: SessionDep) -> Health:
+    """Liveness and readiness: backend, schema revision and number of stored runs."""
+    return Health(status="ok", backend=db.dialect, schema_revision=db.current_revision(),
+                  runs=session.scalar(sa.select(sa.func.count()).select_from(Run)) or 0, version=__version__)

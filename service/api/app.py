@@ -1,0 +1,73 @@
+"""The FastAPI application factory.
+
+`create_app(db=None, settings=None)`: when `db` is None the lifespan opens the database named by
+the settings and runs `Database.prepare()` (wait, migrate an embedded DuckDB, refuse a stale
+PostgreSQL schema) before serving.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from service import __version__
+from service.api import analytics, errors, runs
+from service.api.limits import BodySizeLimit
+from service.db import Database
+from service.schemas import ErrorBody, RunIn, RunOut, StoredRuns
+from service.settings import Settings, get_settings
+
+API_PREFIX = "/api/v1"
+
+
+def create_app(db: Database | None = None, settings: Settings | None = None) -> FastAPI:
+    """Build the app. Pass `db` to serve an already prepared database (tests, bench)."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        owned = db is None
+        database = db or Database(settings.url)
+        if owned:
+            database.prepare()
+        app.state.db = database
+        try:
+            yield
+        finally:
+            if owned:
+                database.dispose()
+
+    app = FastAPI(
+        title="scalebook",
+        version=__version__,
+        summary="Results database for distributed LLM-training benchmark sweeps.",
+        lifespan=lifespan,
+        responses={422: {"model": ErrorBody}, 400: {"model": ErrorBody}},
+    )
+    app.state.settings = settings
+    if db is not None:
+        app.state.db = db
+    errors.install(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(runs.router, prefix=API_PREFIX)
+    app.include_router(analytics.router, prefix=API_PREFIX)
+
+    def custom_openapi():
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        run_in = RunIn.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(run_in.pop("$defs", {}))
+        components["RunIn"] = run_in
+        for model in (RunOut, StoredRuns):
+            sch = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(sch.pop("$defs", {}))
+            components.setdefault(model.__name__, sch)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = custom_openapi
+    return app

@@ -1,0 +1,149 @@
+"""/api/v1/runs: ingest (single or batch, idempotent on run_key), list with filters, fetch one."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from service import store
+from service.api.deps import DatabaseDep, SessionDep, SettingsDep
+from service.errors import BadRequest, PayloadTooLarge
+from service.schemas import ErrorBody, RunOut, RunsPage
+
+router = APIRouter(tags=["runs"])
+
+_RUN_REF = {"$ref": "#/components/schemas/RunIn"}
+_POST_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"oneOf": [
+            _RUN_REF,
+            {"type": "object", "required": ["runs"], "additionalProperties": False,
+             "properties": {"runs": {"type": "array", "items": _RUN_REF, "maxItems": 1000}}},
+        ]}}},
+    }
+}
+
+
+_STORED = {"application/json": {"schema": {"oneOf": [{"$ref": "#/components/schemas/RunOut"},
+                                                     {"$ref": "#/components/schemas/StoredRuns"}]}}}
+
+
+def _dump(run) -> dict[str, Any]:
+    return RunOut.model_validate(run).model_dump(mode="json")
+
+
+@router.post(
+    "/runs",
+    openapi_extra=_POST_BODY,
+    status_code=201,
+    response_model=None,
+    responses={200: {"description": "already stored (same run_key, same content)", "content": _STORED},
+               201: {"description": "stored; body is the run, or {runs, created, existing} for a batch",
+                     "content": _STORED},
+               409: {"model": ErrorBody, "description": "run_key stored with different content"},
+               413: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+)
+async def post_runs(request: Request, db: DatabaseDep, settings: SettingsDep) -> JSONResponse:
+    """Store one run record, or `{"runs": [...]}` (at most SCALEBOOK_MAX_BATCH_RUNS, default 1,000).
+
+    All-or-nothing per request. Validation errors (422) list every problem with the run's
+    `index`, the `field` and the `value`. Idempotent on `run_key`: same key and content → the stored
+    run (200); same key, different content → 409. Derived fields (world_size, global_batch_tokens,
+    model_size_class, mfu_derived, …) are computed server-side.
+    """
+    raw = await request.body()
+    try:
+        payload = json.loads(raw) if raw else None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}",
+                         [{"field": "body", "value": None, "message": str(exc)}]) from exc
+    batch = isinstance(payload, dict) and "runs" in payload
+    if batch:
+        extra_keys = set(payload) - {"runs"}
+        if extra_keys or not isinstance(payload["runs"], list):
+            raise BadRequest("a batch is {\"runs\": [...]} and nothing else",
+                             [{"field": "runs", "value": sorted(extra_keys) or None, "message": "expected a list"}])
+        records = payload["runs"]
+        if len(records) > settings.max_batch_runs:
+            raise PayloadTooLarge(f"{len(records)} runs in one request; the limit is {settings.max_batch_runs}",
+                                  [{"field": "runs", "value": len(records), "message": "too many runs"}])
+    elif isinstance(payload, dict):
+        records = [payload]
+    else:
+        raise BadRequest("body must be a run object or {\"runs\": [...]}",
+                         [{"field": "body", "value": type(payload).__name__, "message": "expected an object"}])
+
+    from starlette.concurrency import run_in_threadpool
+
+    def _store():
+        with db.session(write=True) as session:
+            stored, created, existing = store.store_runs(session, records, bulk=len(records) > 20)
+            return [_dump(r) for r in stored], created, existing
+
+    dumped, created, existing = await run_in_threadpool(_store)
+    if batch:
+        return JSONResponse(status_code=201 if created else 200,
+                            content={"runs": dumped, "created": created, "existing": existing})
+    return JSONResponse(status_code=201 if created else 200, content=dumped[0])
+
+
+@router.get("/runs", response_model=RunsPage)
+def list_runs(
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=500)] = None,
+    sort: Annotated[str, Query(description="column, '-' prefix for descending: " + ", ".join(store.SORT_COLUMNS))] = "id",
+    model_name: str | None = None,
+    model_params: Annotated[int | None, Query(ge=1)] = None,
+    model_size_class: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
+    source: str | None = None,
+    gpu_type: str | None = None,
+    gpus_per_node: Annotated[int | None, Query(ge=1)] = None,
+    nodes: Annotated[int | None, Query(ge=1)] = None,
+    world_size: Annotated[int | None, Query(ge=1)] = None,
+    seq_len: Annotated[int | None, Query(ge=1)] = None,
+    dp: Annotated[int | None, Query(ge=1)] = None,
+    tp: Annotated[int | None, Query(ge=1)] = None,
+    pp: Annotated[int | None, Query(ge=1)] = None,
+    cp: Annotated[int | None, Query(ge=1)] = None,
+    ep: Annotated[int | None, Query(ge=1)] = None,
+    zero_stage: Annotated[int | None, Query(ge=0, le=3)] = None,
+    micro_batch_size: Annotated[int | None, Query(ge=1)] = None,
+    grad_accum_steps: Annotated[int | None, Query(ge=1)] = None,
+    global_batch_tokens: Annotated[int | None, Query(ge=1)] = None,
+    recompute: Literal["none", "selective", "full"] | None = None,
+    precision: str | None = None,
+    framework: str | None = None,
+    status: Literal["success", "oom", "nccl_error", "timeout", "failed"] | None = None,
+    error_class: str | None = None,
+    fingerprint: str | None = None,
+    run_key: str | None = None,
+    started_after: datetime | None = None,
+    started_before: datetime | None = None,
+) -> RunsPage:
+    """Runs matching every given filter (equality), `limit` per page (≤ 1,000), keyset cursor.
+
+    Body: `{"runs": [...], "next_cursor": str | null, "total": N}` where `total` counts all matches.
+    `gpu_type` and `precision` accept catalog aliases ("h100_80gb", "torch.bfloat16").
+    """
+    from service import hardware
+
+    filters: dict[str, Any] = {k: v for k, v in locals().items() if k in store.FILTER_COLUMNS}
+    if gpu_type:
+        filters["gpu_type"] = hardware.canonical_gpu_type(gpu_type) or gpu_type
+    if precision:
+        filters["precision"] = hardware.canonical_precision(precision)
+    runs, next_cursor, total = store.list_runs(session, filters, sort=sort, limit=limit, cursor=cursor,
+                                               started_after=started_after, started_before=started_before)
+    return RunsPage(runs=[RunOut.model_validate(r) for r in runs], next_cursor=next_cursor, total=total)
+
+
+@router.get("/runs/{run_id}", response_model=RunOut, responses={404: {"model": ErrorBody}})
+def get_run(run_id: int, session: SessionDep) -> RunOut:
+    """One stored run by id; 404 with the error body when absent."""
+    return RunOut.model_validate(store.get_run(session, run_id))

@@ -1,0 +1,137 @@
+"""Engine, the one session context, and schema management (Alembic) for DuckDB and PostgreSQL.
+
+- `Database(url)` owns the engine. DuckDB files are owned by one process; inside it, writes are
+  serialised by a lock (DuckDB's optimistic concurrency would otherwise abort concurrent
+  appends to the same table).
+- `Database.session()` is the only place that commits: it commits on success, rolls back on
+  any error and turns driver errors into domain errors (service/errors.py).
+- `upgrade()` runs the Alembic migrations to head; `check_schema()` raises `StaleSchema` with the
+  command that fixes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.orm import Session
+
+from service.errors import Conflict, DatabaseUnavailable, ScalebookError, StaleSchema
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    """An Alembic Config pointing at our migrations, with the URL passed as an attribute
+    (so '%' in passwords needs no escaping)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["url"] = url
+    return cfg
+
+
+class Database:
+    """One database: its engine, dialect, write lock and schema helpers."""
+
+    def __init__(self, url: str, *, echo: bool = False):
+        self.url = url
+        if url.startswith("duckdb:///"):
+            Path(url.removeprefix("duckdb:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kwargs: dict = {"echo": echo}
+        if url.startswith("postgresql"):
+            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+        self.engine = sa.create_engine(url, **kwargs)
+        self.dialect = self.engine.dialect.name  # "duckdb" | "postgresql"
+        self._write_lock = threading.RLock() if self.is_duckdb else None
+
+    @property
+    def is_duckdb(self) -> bool:
+        return self.dialect == "duckdb"
+
+    @contextlib.contextmanager
+    def session(self, *, write: bool = False) -> Iterator[Session]:
+        """Yield a Session; commit on success, roll back on error.
+
+        Raises Conflict on unique violations, DatabaseUnavailable on connection errors; domain
+        errors raised inside pass through after the rollback.
+        """
+        lock = self._write_lock if (write and self._write_lock is not None) else contextlib.nullcontext()
+        with lock, Session(self.engine, expire_on_commit=False) as session:
+            try:
+                yield session
+                session.commit()
+            except ScalebookError:
+                session.rollback()
+                raise
+            except IntegrityError as exc:
+                session.rollback()
+                raise Conflict(f"the database refused the write: {exc.orig}") from exc
+            except OperationalError as exc:
+                session.rollback()
+                raise DatabaseUnavailable(f"database error: {exc.orig}") from exc
+            except DBAPIError as exc:
+                session.rollback()
+                raise DatabaseUnavailable(f"database error: {exc.orig}") from exc
+            except BaseException:
+                session.rollback()
+                raise
+
+    # -- schema -------------------------------------------------------------------------
+    def upgrade(self, revision: str = "head") -> None:
+        """Run Alembic migrations up to `revision` (default head)."""
+        with self._write_lock or contextlib.nullcontext():
+            command.upgrade(alembic_config(self.url), revision)
+
+    def current_revision(self) -> str | None:
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+
+    def head_revision(self) -> str:
+        return ScriptDirectory.from_config(alembic_config(self.url)).get_current_head()
+
+    def check_schema(self) -> None:
+        """Raise StaleSchema unless the database is at the migrations' head."""
+        current, head = self.current_revision(), self.head_revision()
+        if current != head:
+            raise StaleSchema(
+                f"database schema is at revision {current or '<empty>'}, the code needs {head}: "
+                f"run `scalebook db upgrade` (with SCALEBOOK_DATABASE_URL set to this database)"
+            )
+
+    def wait_until_ready(self, timeout_s: float = 60.0) -> None:
+        """Poll until the database accepts connections (for containers starting together)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with self.engine.connect() as conn:
+                    conn.execute(sa.text("SELECT 1"))
+                return
+            except OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise DatabaseUnavailable(f"database not reachable after {timeout_s:.0f}s: {exc.orig}") from exc
+                time.sleep(1.0)
+
+    def prepare(self, *, auto_upgrade: bool | None = None) -> None:
+        """The one start-up step: wait for the database, migrate an embedded one, check the schema.
+
+        PostgreSQL is not migrated implicitly (several API processes may share it): a stale
+        schema raises StaleSchema naming `scalebook db upgrade`.
+        """
+        self.wait_until_ready()
+        if auto_upgrade is None:
+            auto_upgrade = self.is_duckdb
+        if auto_upgrade:
+            self.upgrade()
+        self.check_schema()
+
+    def dispose(self) -> None:
+        self.engine.dispose()

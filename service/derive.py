@@ -1,0 +1,197 @@
+"""Derived fields and cross-field invariants of a run record (DESIGN §2 "Rules", §4).
+
+Derived values are computed one way for every run, whatever framework reported it:
+
+- world_size = nodes × gpus_per_node unless reported; nodes / gpus_per_node / dp are filled from
+  the others when the division is exact;
+- global_batch_tokens = dp · micro_batch_size · grad_accum_steps · seq_len unless reported;
+- model_size_class = model_params in billions rounded to 2 significant figures
+  (1.34e9 → 1.3, 3.57e9 → 3.6, 8.86e9 → 8.9, 469e9 → 470), so runs of one model whose reported
+  counts differ slightly share a heatmap row;
+- mfu_derived (PaLM, Chowdhery et al. 2022, arXiv 2204.02311, appendix B):
+  MFU = (6·N + 12·L·h·s) · tokens_per_sec_per_gpu / peak_flops, with N total parameters,
+  L layers, h hidden size, s seq_len; without dims the attention term is dropped (6·N alone).
+  When only tflops_per_gpu is reported, MFU = tflops_per_gpu / peak. `mfu_method` says which.
+- hfu_derived: with full recompute one more forward pass is executed:
+  (8·N + 16·L·h·s) · tokens/s / peak; otherwise hfu_derived = mfu_derived (selective recompute's
+  extra attention FLOPs are ignored).
+- fingerprint: hash of config + hardware + framework/torch/CUDA/NCCL versions (regressions).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from service import hardware
+
+#: Config and environment fields that make two runs "the same experiment" for regressions.
+FINGERPRINT_FIELDS = (
+    "model_name", "model_params", "num_layers", "hidden_size", "seq_len", "gpu_type", "gpus_per_node",
+    "nodes", "dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps",
+    "recompute", "precision", "framework", "framework_version", "torch_version", "cuda_version",
+    "nccl_version",
+)
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem with one field: what the API's error details list."""
+
+    field: str
+    value: Any
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "value": self.value, "message": self.message}
+
+
+def model_size_class(model_params: int | None) -> float | None:
+    """Billions of parameters rounded to 2 significant figures; None for None/non-positive."""
+    if not model_params or model_params <= 0:
+        return None
+    billions = model_params / 1e9
+    digits = 1 - int(math.floor(math.log10(billions)))
+    return round(billions, digits)
+
+
+def estimate_params_from_dims(rec: dict[str, Any]) -> int | None:
+    """Llama-style parameter count from dims, for records without model_params.
+
+    N ≈ L·(2·h² + 2·h·h_kv + 3·h·ffn) + 2·V·h  (attention q,o + k,v projections, SwiGLU MLP,
+    untied embedding and head); h_kv = h·num_kv_heads/num_heads; ffn defaults to 4·h·(2/3)·2.
+    Returns None unless num_layers, hidden_size and vocab_size are known.
+    """
+    L, h, V = rec.get("num_layers"), rec.get("hidden_size"), rec.get("vocab_size")
+    if not (L and h and V):
+        return None
+    heads, kv = rec.get("num_heads"), rec.get("num_kv_heads")
+    h_kv = h * kv / heads if heads and kv else h
+    ffn = rec.get("ffn_hidden_size") or int(8 * h / 3)
+    return int(L * (2 * h * h + 2 * h * h_kv + 3 * h * ffn) + 2 * V * h)
+
+
+def flops_per_token(n_params: float, num_layers: int | None, hidden_size: int | None,
+                    seq_len: int | None, *, recompute_full: bool = False) -> tuple[float, str]:
+    """Training FLOPs per token and the method name.
+
+    PaLM appendix B: 6·N + 12·L·h·s (forward + backward, attention included). With full recompute
+    the hardware executes one more forward: 8·N + 16·L·h·s. Without L, h or s: 6·N (8·N).
+    """
+    dense = (8.0 if recompute_full else 6.0) * n_params
+    if num_layers and hidden_size and seq_len:
+        attn = (16.0 if recompute_full else 12.0) * num_layers * hidden_size * seq_len
+        return dense + attn, "6N+12Lhs"
+    return dense, "6N"
+
+
+def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
+    """Fill derived columns of one validated record and check cross-field invariants.
+
+    `rec` is a RunIn dump (wire field names, python types). Returns (row, errors): `row` holds every
+    `runs` column except id/run_key/content_hash/ingested_at; `errors` is empty when the record
+    is acceptable. Never raises for bad data: every problem becomes a FieldError.
+    """
+    row = dict(rec)
+    errors: list[FieldError] = []
+    extra = dict(row.get("extra") or {})
+
+    reported_gpu = row.get("gpu_type")
+    canonical = hardware.canonical_gpu_type(reported_gpu)
+    if canonical and canonical != reported_gpu:
+        extra.setdefault("gpu_type_reported", reported_gpu)
+        row["gpu_type"] = canonical
+    reported_precision = row.get("precision")
+    precision = hardware.canonical_precision(reported_precision)
+    if precision != reported_precision and reported_precision is not None:
+        extra.setdefault("precision_reported", reported_precision)
+    row["precision"] = precision
+
+    for dim in ("tp", "pp", "cp", "ep"):
+        if row.get(dim) is None:
+            row[dim] = 1
+    tp, pp, cp, ep = row["tp"], row["pp"], row["cp"], row["ep"]
+    nodes, gpn, world, dp = row.get("nodes"), row.get("gpus_per_node"), row.get("world_size"), row.get("dp")
+
+    if nodes and gpn:
+        if world is not None and world != nodes * gpn:
+            errors.append(FieldError("world_size", world,
+                                     f"world_size {world} != nodes {nodes} × gpus_per_node {gpn} = {nodes * gpn}"))
+        world = world or nodes * gpn
+    if world is None and dp:
+        world = dp * tp * pp * cp
+    if world:
+        if nodes is None and gpn and world % gpn == 0:
+            nodes = world // gpn
+        if gpn is None and nodes and world % nodes == 0:
+            gpn = world // nodes
+        model_parallel = tp * pp * cp
+        if dp is None:
+            if world % model_parallel:
+                errors.append(FieldError("world_size", world,
+                                         f"world_size {world} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}"))
+            else:
+                dp = world // model_parallel
+        elif dp * model_parallel != world:
+            errors.append(FieldError("dp", dp,
+                                     f"tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * model_parallel} != world_size {world}"))
+    if dp and ep > 1 and (dp * cp) % ep:
+        errors.append(FieldError("ep", ep, f"ep {ep} must divide dp·cp = {dp}·{cp} = {dp * cp} "
+                                           "(expert parallelism is carved out of DP×CP, Megatron-Core)"))
+    row.update(nodes=nodes, gpus_per_node=gpn, world_size=world, dp=dp)
+
+    if row.get("global_batch_tokens") is None:
+        mbs, gas, seq = row.get("micro_batch_size"), row.get("grad_accum_steps"), row.get("seq_len")
+        if dp and mbs and gas and seq:
+            row["global_batch_tokens"] = dp * mbs * gas * seq
+
+    n_params = row.get("model_params")
+    n_source = "model_params"
+    if not n_params:
+        n_params = estimate_params_from_dims(row)
+        n_source = "dims"
+    row["model_size_class"] = model_size_class(n_params)
+
+    peak = hardware.peak_tflops(row.get("gpu_type"), precision)
+    row["peak_tflops"] = peak
+    row["mfu_derived"] = row["hfu_derived"] = row["mfu_method"] = None
+    tps = row.get("tokens_per_sec_per_gpu")
+    if peak:
+        if n_params and tps is not None:
+            fpt, method = flops_per_token(n_params, row.get("num_layers"), row.get("hidden_size"), row.get("seq_len"))
+            row["mfu_derived"] = fpt * tps / (peak * 1e12)
+            row["mfu_method"] = method + ("(N from dims)" if n_source == "dims" else "")
+            if row.get("recompute") == "full":
+                hfpt, _ = flops_per_token(n_params, row.get("num_layers"), row.get("hidden_size"),
+                                          row.get("seq_len"), recompute_full=True)
+                row["hfu_derived"] = hfpt * tps / (peak * 1e12)
+            else:
+                row["hfu_derived"] = row["mfu_derived"]
+        elif row.get("tflops_per_gpu") is not None:
+            row["mfu_derived"] = row["tflops_per_gpu"] / peak
+            row["mfu_method"] = "tflops_per_gpu/peak"
+    if row["mfu_derived"] is not None and row["mfu_derived"] > 1.0:
+        errors.append(FieldError(
+            "tokens_per_sec_per_gpu" if row["mfu_method"] != "tflops_per_gpu/peak" else "tflops_per_gpu",
+            tps if row["mfu_method"] != "tflops_per_gpu/peak" else row.get("tflops_per_gpu"),
+            f"derived MFU {row['mfu_derived']:.3f} > 1 ({row['mfu_method']}, N={n_params}, gpu_type="
+            f"{row.get('gpu_type')}, peak {peak} TFLOP/s): is the throughput per GPU, and the hardware right?"))
+
+    row["extra"] = extra or None
+    row["fingerprint"] = fingerprint(row)
+    return row, errors
+
+
+def fingerprint(row: dict[str, Any]) -> str:
+    """16-hex-digit hash of FINGERPRINT_FIELDS (config + hardware + software versions)."""
+    key = json.dumps([row.get(f) for f in FINGERPRINT_FIELDS], default=str)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def content_hash(reported: dict[str, Any]) -> str:
+    """SHA-256 of the reported fields (run_key excluded), canonical JSON: idempotency check."""
+    body = {k: v for k, v in reported.items() if k != "run_key" and v is not None}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()

@@ -1,0 +1,168 @@
+"""Hardware catalog: canonical accelerator names, peak dense FLOPs per precision, memory.
+
+Every entry cites the vendor document its figures come from. Peaks are *dense* (no 2:4
+sparsity), per accelerator, in TFLOP/s; memory is the nominal HBM capacity in GiB-as-marketed
+(vendors quote GB; the difference from GiB is inside the memory model's headroom).
+
+`canonical_gpu_type("H100 80GB HBM3 (700W)")` -> "H100-SXM-80GB"; unknown names return None so that
+callers can store the reported string and say the MFU could not be derived.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One catalog entry.
+
+    name: canonical gpu_type stored in runs; peak_tflops: dense TFLOP/s per precision key
+    (bf16, fp16, fp8, tf32, fp32); memory_gib: HBM per accelerator; source: where the numbers are from.
+    """
+
+    name: str
+    memory_gib: float
+    peak_tflops: dict[str, float]
+    source: str
+    vendor: str = "NVIDIA"
+    patterns: tuple[str, ...] = field(default=())
+
+
+CATALOG: tuple[Accelerator, ...] = (
+    Accelerator(
+        "GB300", 288.0, {"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "tf32": 1250.0},
+        "NVIDIA GB300 NVL72 datasheet (per-GPU = rack figure / 72, dense)",
+        patterns=(r"gb300",),
+    ),
+    Accelerator(
+        "GB200", 186.0, {"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "tf32": 1250.0},
+        "NVIDIA GB200 NVL72 datasheet (180 PFLOPS FP16/BF16 dense per 72 GPUs)",
+        patterns=(r"gb200",),
+    ),
+    Accelerator(
+        "B300", 288.0, {"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "tf32": 1100.0},
+        "NVIDIA HGX B300 datasheet (per-GPU dense figures)",
+        patterns=(r"\bb300",),
+    ),
+    Accelerator(
+        "B200", 180.0, {"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "tf32": 1100.0},
+        "NVIDIA HGX B200 / DGX B200 datasheet (2.25 PFLOPS BF16 dense per GPU)",
+        patterns=(r"\bb200",),
+    ),
+    Accelerator(
+        "H200-SXM-141GB", 141.0, {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0, "tf32": 494.0, "fp32": 67.0},
+        "NVIDIA H200 Tensor Core GPU datasheet (SXM, dense = half the sparse figure)",
+        patterns=(r"h200",),
+    ),
+    Accelerator(
+        "H100-PCIe-80GB", 80.0, {"bf16": 756.0, "fp16": 756.0, "fp8": 1513.0, "tf32": 378.0, "fp32": 51.0},
+        "NVIDIA H100 Tensor Core GPU datasheet (PCIe, dense)",
+        patterns=(r"h100.*pcie",),
+    ),
+    Accelerator(
+        "H100-NVL-94GB", 94.0, {"bf16": 835.0, "fp16": 835.0, "fp8": 1670.0, "tf32": 418.0, "fp32": 60.0},
+        "NVIDIA H100 NVL datasheet (per GPU, dense)",
+        patterns=(r"h100.*nvl",),
+    ),
+    Accelerator(
+        "H100-SXM-96GB-HBM2e", 96.0, {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0, "tf32": 494.0, "fp32": 67.0},
+        "H100 SXM with 96 GB HBM2e (Meta Grand Teton); same SM count and clocks as the H100 SXM "
+        "datasheet, so its dense peaks are used (torchtitan benchmarks/llama3_h100_202412 used 989)",
+        patterns=(r"h100.*(96|94|95)\s*(/\s*9\d)?\s*gb", r"h100.*hbm2e"),
+    ),
+    Accelerator(
+        "H100-SXM-80GB", 80.0, {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0, "tf32": 494.0, "fp32": 67.0},
+        "NVIDIA H100 Tensor Core GPU datasheet (SXM5: 989 TFLOPS BF16 dense, 1,979 FP8 dense)",
+        patterns=(r"h100",),
+    ),
+    Accelerator(
+        "A100-SXM-40GB", 40.0, {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
+        "NVIDIA A100 Tensor Core GPU datasheet (312 TFLOPS BF16 dense)",
+        patterns=(r"a100.*40\s*gb", r"a100_40"),
+    ),
+    Accelerator(
+        "A100-SXM-80GB", 80.0, {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
+        "NVIDIA A100 Tensor Core GPU datasheet (312 TFLOPS BF16 dense)",
+        patterns=(r"a100",),
+    ),
+    Accelerator(
+        "L40S", 48.0, {"bf16": 362.0, "fp16": 362.0, "fp8": 733.0, "tf32": 183.0, "fp32": 91.6},
+        "NVIDIA L40S datasheet (dense)",
+        patterns=(r"l40s",),
+    ),
+    Accelerator(
+        "MI300X", 192.0, {"bf16": 1307.0, "fp16": 1307.0, "fp8": 2615.0, "tf32": 654.0, "fp32": 163.4},
+        "AMD Instinct MI300X datasheet (dense)", vendor="AMD",
+        patterns=(r"mi300x",),
+    ),
+    Accelerator(
+        "MI250X", 128.0, {"bf16": 383.0, "fp16": 383.0, "fp32": 95.7},
+        "AMD Instinct MI250X datasheet", vendor="AMD",
+        patterns=(r"mi250x",),
+    ),
+    Accelerator(
+        "TPU-v5p", 95.0, {"bf16": 459.0, "fp8": 918.0},
+        "Google Cloud TPU v5p documentation (459 TFLOPS BF16, 95 GB HBM per chip)", vendor="Google",
+        patterns=(r"tpu\s*-?\s*v5p",),
+    ),
+    Accelerator(
+        "TPU-v5e", 16.0, {"bf16": 197.0, "fp8": 394.0},
+        "Google Cloud TPU v5e documentation (197 TFLOPS BF16, 16 GB HBM per chip)", vendor="Google",
+        patterns=(r"tpu\s*-?\s*v5e", r"v5litepod"),
+    ),
+)
+
+_BY_NAME = {a.name.lower(): a for a in CATALOG}
+
+# precision strings as frameworks write them -> catalog key
+_PRECISION_KEYS = {
+    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16", "amp_bf16": "bf16", "bf16-mixed": "bf16",
+    "fp16": "fp16", "float16": "fp16", "torch.float16": "fp16", "amp_fp16": "fp16", "16-mixed": "fp16",
+    "fp8": "fp8", "mxfp8": "fp8", "amp_fp8": "fp8", "fp8-hybrid": "fp8", "nvfp8": "fp8",
+    "tf32": "tf32", "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32",
+}
+
+
+def canonical_precision(precision: str | None) -> str | None:
+    """Normalise a precision string ("torch.bfloat16", "amp_bf16", "FP8") to bf16/fp16/fp8/tf32/fp32.
+
+    Unknown strings are lower-cased and returned as they are (e.g. "mxfp4"); None stays None.
+    """
+    if precision is None:
+        return None
+    p = precision.strip().lower()
+    return _PRECISION_KEYS.get(p, p) if p else None
+
+
+def lookup(gpu_type: str | None) -> Accelerator | None:
+    """The catalog entry for a canonical name or any alias ("h100_80gb", "DGX-H100"); None if unknown."""
+    if not gpu_type:
+        return None
+    key = gpu_type.strip().lower()
+    if key in _BY_NAME:
+        return _BY_NAME[key]
+    for acc in CATALOG:
+        if any(re.search(p, key) for p in acc.patterns):
+            return acc
+    return None
+
+
+def canonical_gpu_type(gpu_type: str | None) -> str | None:
+    """Canonical catalog name for a reported accelerator name, or None when the catalog has no match."""
+    acc = lookup(gpu_type)
+    return acc.name if acc else None
+
+
+def peak_tflops(gpu_type: str | None, precision: str | None = "bf16") -> float | None:
+    """Dense peak TFLOP/s of one accelerator at a precision (default bf16).
+
+    A precision the catalog lists no figure for (e.g. fp8 on A100) falls back to bf16, the
+    mixed-precision matmul peak. Returns None for unknown hardware.
+    """
+    acc = lookup(gpu_type)
+    if acc is None:
+        return None
+    key = canonical_precision(precision) or "bf16"
+    return acc.peak_tflops.get(key) or acc.peak_tflops.get("bf16")

@@ -1,0 +1,158 @@
+"""Wire schemas (pydantic). Kept apart from the table rows (service/tables.py).
+
+Field names are the run record's (DESIGN §2). Units are in the names: tokens_per_sec_per_gpu
+(tokens/s per GPU), tflops_per_gpu (TFLOP/s per GPU), mfu/hfu (fractions in [0, 1]),
+peak_memory_gib (GiB = 2**30 bytes per GPU), step_time_s (seconds per optimizer step).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ingest.record import ERROR_CLASSES, RECOMPUTE, STATUSES
+
+Status = Literal[STATUSES]  # type: ignore[valid-type]
+Recompute = Literal[RECOMPUTE]  # type: ignore[valid-type]
+ErrorClass = Literal[ERROR_CLASSES]  # type: ignore[valid-type]
+
+PosInt = Field(default=None, ge=1)
+
+
+class RunIn(BaseModel):
+    """One benchmark run as a client reports it. Unknown fields are refused (put them in `extra`)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, str_strip_whitespace=True,
+                              json_schema_extra={"example": {
+                                  "run_key": "sweep42-8b-8n-dp16tp4", "name": "llama3-8b dp16 tp4",
+                                  "model_name": "llama3-8b", "model_params": 8030261248, "seq_len": 8192,
+                                  "gpu_type": "H100-SXM-80GB", "gpus_per_node": 8, "nodes": 8,
+                                  "dp": 16, "tp": 4, "zero_stage": 1, "micro_batch_size": 1,
+                                  "grad_accum_steps": 8, "recompute": "selective", "precision": "bf16",
+                                  "framework": "nanotron", "status": "success",
+                                  "tokens_per_sec_per_gpu": 4100.0, "peak_memory_gib": 61.2}})
+
+    run_key: str | None = Field(default=None, min_length=1, max_length=200,
+                                description="client idempotency key; assigned by the server when absent")
+    name: str | None = Field(default=None, max_length=2000)
+    started_at: datetime | None = Field(default=None, description="when the job ran (ISO 8601; naive = UTC)")
+    source: str = Field(default="api", min_length=1, max_length=64)
+    model_name: str | None = Field(default=None, max_length=200)
+    model_params: int | None = Field(default=None, ge=1, description="total parameters, embeddings included")
+    num_layers: int | None = PosInt
+    hidden_size: int | None = PosInt
+    num_heads: int | None = PosInt
+    num_kv_heads: int | None = PosInt
+    ffn_hidden_size: int | None = PosInt
+    vocab_size: int | None = PosInt
+    seq_len: int | None = Field(default=None, ge=1, description="tokens per sample")
+    gpu_type: str | None = Field(default=None, max_length=100,
+                                 description="canonicalised through the hardware catalog (e.g. H100-SXM-80GB)")
+    gpus_per_node: int | None = PosInt
+    nodes: int | None = PosInt
+    world_size: int | None = Field(default=None, ge=1, description="nodes × gpus_per_node unless given")
+    dp: int | None = PosInt
+    tp: int | None = PosInt
+    pp: int | None = PosInt
+    cp: int | None = PosInt
+    ep: int | None = PosInt
+    zero_stage: int | None = Field(default=None, ge=0, le=3,
+                                   description="ZeRO/FSDP stage: FULL_SHARD=3, SHARD_GRAD_OP=2")
+    micro_batch_size: int | None = Field(default=None, ge=1, description="samples per micro-batch per DP replica")
+    grad_accum_steps: int | None = Field(default=None, ge=1, description="micro-batches per optimizer step")
+    global_batch_tokens: int | None = Field(default=None, ge=1,
+                                            description="dp·micro_batch_size·grad_accum_steps·seq_len unless given")
+    recompute: Recompute | None = None
+    precision: str | None = Field(default=None, max_length=32)
+    framework: str | None = Field(default=None, max_length=200)
+    framework_version: str | None = Field(default=None, max_length=100)
+    torch_version: str | None = Field(default=None, max_length=100)
+    cuda_version: str | None = Field(default=None, max_length=100)
+    nccl_version: str | None = Field(default=None, max_length=100)
+    status: Status = "success"
+    tokens_per_sec_per_gpu: float | None = Field(default=None, ge=0)
+    tflops_per_gpu: float | None = Field(default=None, ge=0)
+    mfu: float | None = Field(default=None, ge=0, le=1, description="fraction in [0, 1]")
+    hfu: float | None = Field(default=None, ge=0, le=1, description="fraction in [0, 1]")
+    peak_memory_gib: float | None = Field(default=None, ge=0, description="per GPU, GiB (2**30 bytes)")
+    reserved_memory_gib: float | None = Field(default=None, ge=0)
+    step_time_s: float | None = Field(default=None, gt=0)
+    error_class: ErrorClass | None = None
+    error_message: str | None = Field(default=None, max_length=20000)
+    extra: dict[str, Any] | None = None
+
+    @field_validator("started_at")
+    @classmethod
+    def _utc_naive(cls, v: datetime | None) -> datetime | None:
+        if v is not None and v.tzinfo is not None:
+            v = v.astimezone(timezone.utc).replace(tzinfo=None)
+        return v
+
+
+class RunOut(RunIn):
+    """A stored run: the reported fields, the derived columns and server bookkeeping."""
+
+    model_config = ConfigDict(extra="ignore", from_attributes=True)
+
+    id: int
+    run_key: str  # type: ignore[assignment]
+    ingested_at: datetime
+    model_size_class: float | None = Field(default=None, description="billions, 2 significant figures")
+    mfu_derived: float | None = Field(default=None, description="PaLM-formula MFU from throughput and catalog peak")
+    hfu_derived: float | None = None
+    mfu_method: str | None = None
+    peak_tflops: float | None = Field(default=None, description="catalog dense peak used for mfu_derived, TFLOP/s")
+    fingerprint: str | None = None
+    mfu: float | None = None  # stored as reported; bounds are checked on input only
+    hfu: float | None = None
+
+
+class RunBatch(BaseModel):
+    """`{"runs": [...]}`: up to SCALEBOOK_MAX_BATCH_RUNS records, stored all-or-nothing."""
+
+    runs: list[dict[str, Any]]
+
+
+class StoredRuns(BaseModel):
+    """Answer to a batch POST: the stored runs in request order, and how many were new."""
+
+    runs: list[RunOut]
+    created: int
+    existing: int
+
+
+class RunsPage(BaseModel):
+    """One page of runs; pass `next_cursor` as `cursor` for the next page (null at the end)."""
+
+    runs: list[RunOut]
+    next_cursor: str | None
+    total: int
+
+
+class ErrorDetail(BaseModel):
+    index: int | None = None
+    field: str | None = None
+    value: Any = None
+    message: str
+
+
+class ErrorInfo(BaseModel):
+    code: str
+    message: str
+    details: list[ErrorDetail] = []
+
+
+class ErrorBody(BaseModel):
+    """The one error body shape of every endpoint."""
+
+    error: ErrorInfo
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    backend: str
+    schema_revision: str | None
+    runs: int
+    version: str

@@ -1,0 +1,74 @@
+"""Service settings, read from `SCALEBOOK_*` environment variables (pydantic-settings).
+
+The embedded default is a DuckDB file at `$SCALEBOOK_DATA_DIR/scalebook.duckdb`, where
+`SCALEBOOK_DATA_DIR` defaults to `~/.local/share/scalebook`. Unsafe combinations fail at start-up
+(see `check_bind`), not at the first request.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    return Path.home() / ".local" / "share" / "scalebook"
+
+
+class Settings(BaseSettings):
+    """All service settings. Environment prefix `SCALEBOOK_`."""
+
+    model_config = SettingsConfigDict(env_prefix="SCALEBOOK_", extra="ignore")
+
+    data_dir: Path = Field(default_factory=default_data_dir)
+    database_url: str | None = None
+    #: largest accepted request body, bytes
+    max_body_bytes: int = 16 * 1024 * 1024
+    #: most runs in one POST /api/v1/runs
+    max_batch_runs: int = 1000
+    #: user SQL: statement timeout, seconds, and row cap
+    sql_timeout_s: float = 5.0
+    sql_max_rows: int = 10_000
+    #: allow binding beyond loopback without tokens
+    insecure: bool = False
+
+    @field_validator("max_batch_runs", "max_body_bytes", "sql_max_rows")
+    @classmethod
+    def _positive(cls, v: int) -> int:
+        if v <= 0:
+            raise ValueError(f"must be > 0, got {v}")
+        return v
+
+    @property
+    def url(self) -> str:
+        """The SQLAlchemy URL in use: SCALEBOOK_DATABASE_URL or the DuckDB file in data_dir."""
+        if self.database_url:
+            return normalise_url(self.database_url)
+        return f"duckdb:///{self.data_dir / 'scalebook.duckdb'}"
+
+
+def normalise_url(url: str) -> str:
+    """Accept `postgres://`/`postgresql://` and pin the psycopg 3 driver."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost / 127.0.0.0/8 / ::1."""
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

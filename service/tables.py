@@ -1,0 +1,131 @@
+"""SQLAlchemy 2 table rows. Kept apart from the wire schemas (service/schemas.py).
+
+Column names are the run record's (DESIGN §2). DuckDB has no IDENTITY, so ids come from a
+`Sequence`. Timestamps are naive UTC (DuckDB's TIMESTAMPTZ needs pytz on fetch).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Double,
+    Index,
+    Integer,
+    MetaData,
+    Sequence,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+RUN_ID_SEQ = Sequence("runs_id_seq", start=1)
+TOKEN_ID_SEQ = Sequence("api_tokens_id_seq", start=1)
+
+
+class Run(Base):
+    """One benchmark run: reported fields as reported, derived fields in their own columns."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(BigInteger, RUN_ID_SEQ, primary_key=True,
+                                    server_default=RUN_ID_SEQ.next_value())
+    run_key: Mapped[str] = mapped_column(String(200), nullable=False)
+    content_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    ingested_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+
+    name: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime)
+    source: Mapped[str] = mapped_column(String(64), nullable=False)
+
+    model_name: Mapped[str | None] = mapped_column(String(200))
+    model_params: Mapped[int | None] = mapped_column(BigInteger)
+    num_layers: Mapped[int | None] = mapped_column(Integer)
+    hidden_size: Mapped[int | None] = mapped_column(Integer)
+    num_heads: Mapped[int | None] = mapped_column(Integer)
+    num_kv_heads: Mapped[int | None] = mapped_column(Integer)
+    ffn_hidden_size: Mapped[int | None] = mapped_column(Integer)
+    vocab_size: Mapped[int | None] = mapped_column(Integer)
+    seq_len: Mapped[int | None] = mapped_column(Integer)
+
+    gpu_type: Mapped[str | None] = mapped_column(String(100))
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer)
+    nodes: Mapped[int | None] = mapped_column(Integer)
+    world_size: Mapped[int | None] = mapped_column(Integer)
+
+    dp: Mapped[int | None] = mapped_column(Integer)
+    tp: Mapped[int] = mapped_column(Integer, nullable=False)
+    pp: Mapped[int] = mapped_column(Integer, nullable=False)
+    cp: Mapped[int] = mapped_column(Integer, nullable=False)
+    ep: Mapped[int] = mapped_column(Integer, nullable=False)
+    zero_stage: Mapped[int | None] = mapped_column(Integer)
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    grad_accum_steps: Mapped[int | None] = mapped_column(Integer)
+    global_batch_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    recompute: Mapped[str | None] = mapped_column(String(16))
+    precision: Mapped[str | None] = mapped_column(String(32))
+
+    framework: Mapped[str | None] = mapped_column(String(200))
+    framework_version: Mapped[str | None] = mapped_column(String(100))
+    torch_version: Mapped[str | None] = mapped_column(String(100))
+    cuda_version: Mapped[str | None] = mapped_column(String(100))
+    nccl_version: Mapped[str | None] = mapped_column(String(100))
+
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    tokens_per_sec_per_gpu: Mapped[float | None] = mapped_column(Double)
+    tflops_per_gpu: Mapped[float | None] = mapped_column(Double)
+    mfu: Mapped[float | None] = mapped_column(Double)
+    hfu: Mapped[float | None] = mapped_column(Double)
+    peak_memory_gib: Mapped[float | None] = mapped_column(Double)
+    reserved_memory_gib: Mapped[float | None] = mapped_column(Double)
+    step_time_s: Mapped[float | None] = mapped_column(Double)
+    error_class: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    extra: Mapped[dict | None] = mapped_column(JSON)
+
+    # derived, computed one way for every run (service/derive.py)
+    model_size_class: Mapped[float | None] = mapped_column(Double)
+    mfu_derived: Mapped[float | None] = mapped_column(Double)
+    hfu_derived: Mapped[float | None] = mapped_column(Double)
+    mfu_method: Mapped[str | None] = mapped_column(String(64))
+    peak_tflops: Mapped[float | None] = mapped_column(Double)
+    fingerprint: Mapped[str | None] = mapped_column(String(64))
+
+    __table_args__ = (
+        Index("ux_runs_run_key", "run_key", unique=True),
+        Index("ix_runs_heatmap", "model_size_class", "nodes", "status"),
+        Index("ix_runs_fingerprint", "fingerprint", "started_at"),
+        Index("ix_runs_model_name", "model_name"),
+        Index("ix_runs_started_at", "started_at"),
+    )
+
+
+class ApiToken(Base):
+    """An API token, stored as a SHA-256 hash; the plain token is shown once at creation."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigInteger, TOKEN_ID_SEQ, primary_key=True,
+                                    server_default=TOKEN_ID_SEQ.next_value())
+    name: Mapped[str] = mapped_column(String(200), nullable=False)
+    scope: Mapped[str] = mapped_column(String(16), nullable=False)
+    token_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    prefix: Mapped[str] = mapped_column(String(16), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+    __table_args__ = (Index("ux_api_tokens_token_hash", "token_hash", unique=True),)
