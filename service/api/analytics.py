@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from service import __version__
 from service.analytics import heatmap as hm
 from service.analytics import recommend as rec
+from service.api.security import READ
 from service.api.deps import DatabaseDep, SessionDep
 from service.schemas import ErrorBody, Health, RunOut
 from service.store import naive_utc
@@ -50,7 +51,7 @@ def _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, start
                              started_before=naive_utc(started_before) if started_before else None)
 
 
-@router.get("/heatmap", response_model=Heatmap)
+@router.get("/heatmap", response_model=Heatmap, dependencies=[READ])
 def heatmap(
     session: SessionDep,
     metric: Metric = "tokens_per_sec_per_gpu",
@@ -76,7 +77,7 @@ def heatmap(
                        "config_label": hm.config_label(c["best"]) if c["best"] else None}) for c in cells])
 
 
-@router.get("/heatmap/cell", response_model=CellRuns)
+@router.get("/heatmap/cell", response_model=CellRuns, dependencies=[READ])
 def heatmap_cell(
     session: SessionDep,
     model_size_class: Annotated[float, Query(gt=0, allow_inf_nan=False)],
@@ -120,7 +121,8 @@ class Recommendation(BaseModel):
     candidates: list[Candidate]
 
 
-@router.get("/recommend", response_model=Recommendation, responses={400: {"model": ErrorBody}})
+@router.get("/recommend", response_model=Recommendation, responses={400: {"model": ErrorBody}},
+            dependencies=[READ])
 def recommend(
     session: SessionDep,
     model_params: Annotated[str, Query(min_length=1, max_length=40, description="8B | 1.34B | 8e9 | 8030261248")],

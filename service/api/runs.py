@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from service import store
+from service.api.security import READ, WRITE
 from service.api.deps import DatabaseDep, SessionDep, SettingsDep
 from service.errors import BadRequest, PayloadTooLarge
 from service.schemas import ErrorBody, RunOut, RunsPage
@@ -39,6 +40,7 @@ def _dump(run) -> dict[str, Any]:
 
 @router.post(
     "/runs",
+    dependencies=[WRITE],
     openapi_extra=_POST_BODY,
     status_code=201,
     response_model=None,
@@ -92,7 +94,7 @@ async def post_runs(request: Request, db: DatabaseDep, settings: SettingsDep) ->
     return JSONResponse(status_code=201 if created else 200, content=dumped[0])
 
 
-@router.get("/runs", response_model=RunsPage)
+@router.get("/runs", response_model=RunsPage, dependencies=[READ])
 def list_runs(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -143,7 +145,7 @@ def list_runs(
     return RunsPage(runs=[RunOut.model_validate(r) for r in runs], next_cursor=next_cursor, total=total)
 
 
-@router.get("/runs/{run_id}", response_model=RunOut, responses={404: {"model": ErrorBody}})
+@router.get("/runs/{run_id}", response_model=RunOut, responses={404: {"model": ErrorBody}}, dependencies=[READ])
 def get_run(run_id: int, session: SessionDep) -> RunOut:
     """One stored run by id; 404 with the error body when absent."""
     return RunOut.model_validate(store.get_run(session, run_id))

@@ -1,0 +1,439 @@
+"""Failure classifier: log line -> DESIGN §6 ``error_class``; whole log -> first root cause.
+
+Standard library only (``ingest/`` must import without third-party packages).
+
+Line rules
+----------
+:func:`classify_line` tries the rules of :data:`RULES` in order and returns the class of the first
+rule that matches; the order *is* the precedence, most specific first:
+
+1. not an error at all (checked before anything else) -> ``None``: ``NCCL INFO`` lines; benign
+   ``NCCL WARN`` lines (net-plugin discovery such as "NET/Plugin : Could not find ...", connection
+   "retrying"); warning-level lines (c10 ``[W...]``, glog ``W0101 ...``, ``WARNING:``, Python
+   ``*Warning``) -- torch prints TCPStore retry/teardown warnings ("Failed to check the "should
+   dump" flag on TCPStore ... Connection reset by peer") in healthy runs; Python source lines
+   quoted inside a traceback (``    raise ChildFailedError(``);
+2. ``scheduler_time_limit`` then ``scheduler_cancelled`` (Slurm ``*** JOB|STEP ... CANCELLED AT``
+   banners, PBS walltime, LSF ``TERM_RUNLIMIT``/``TERM_OWNER``): unambiguous, never wrap another error;
+3. ``gpu_hardware_fault`` (Xid, uncorrectable ECC, fallen off the bus, GPU lost);
+4. ``cuda_illegal_memory_access`` -- beats any NCCL wrapper around it ("Cuda failure 'an illegal
+   memory access...'", "watchdog thread terminated with exception: CUDA error: an illegal...");
+5. ``oom_gpu_nccl_buffer``: NCCL's own allocations (``Failed to CUDA calloc``, ``NCCL WARN Cuda
+   failure 'out of memory'``, ``ncclUnhandledCudaError ... out of memory``, ``[Rem Allocator]``);
+   checked before the generic OOM and before the NCCL result codes;
+6. ``oom_gpu`` (``CUDA out of memory``, ``OutOfMemoryError``, ``CUDA error: out of memory``, ...);
+7. ``rendezvous_failure`` (DistNetworkError, DistStoreError, Rendezvous*Error, c10d store and
+   socket failures): before the NCCL/network rules because store errors quote socket errors
+   ("DistNetworkError: Connection reset by peer" is a rendezvous failure);
+8. NCCL result codes -- the code a wrapper line names wins over the "Last error" detail quoted in
+   the same line: ``nccl_remote_error`` (ncclRemoteError / "remote process exited or there was a
+   network error"), ``nccl_system_error``, ``nccl_unhandled_cuda_error``,
+   ``nccl_invalid_usage_or_internal``;
+9. ``collective_timeout`` (watchdog / "Timeout at NCCL work" / heartbeat / gloo timeouts; following
+   the labelled data, the watchdog's generic "Exception (either an error or timeout) detected by
+   watchdog" line counts as a timeout too);
+10. NCCL ``WARN`` details without a result code: ``Cuda failure`` -> unhandled CUDA error; ibverbs,
+    shared-memory and host-allocation failures -> system error; "Duplicate GPU detected" -> invalid
+    usage;
+11. ``nccl_remote_error`` for "Connection reset by peer" (the labelled data's convention: a reset
+    means the peer process went away), then ``nccl_network_error`` (NET/IB, NET/OFI, NET/Socket,
+    socket recv/send failures, "Connection closed by remote peer", broken pipe, ...);
+12. ``child_process_failed`` (ChildFailedError, elastic agent "failed (exitcode: N) local_rank",
+    srun task exits, SignalException) -- a symptom;
+13. ``unknown``: generic error lines (``Traceback``, ``SomethingError: ...``, segfaults, c10 ``[E``
+    lines, unmatched ``CUDA error:``/``NCCL error``, ``srun: error:``).
+
+Lines that match none of these are not error lines (``None``).
+
+Root cause of a whole log
+-------------------------
+:func:`classify_text` classifies every line, then:
+
+* *refinement*: an NCCL result-code line (unhandled CUDA error, system error, internal/invalid usage,
+  remote error) whose next few lines (:data:`REFINE_WINDOW`) quote a process-local fault (the
+  ``Last error:`` block, e.g. ``Cuda failure 'out of memory'``) takes that fault's class and line;
+* *symptoms* (``child_process_failed``, ``unknown``) are skipped while any other class is present;
+  among symptoms alone, the first ``child_process_failed`` beats the first ``unknown``;
+* otherwise the FIRST remaining line wins, except that a communication-level consequence
+  (``collective_timeout``, ``nccl_remote_error``, ``nccl_network_error``) yields to a process-local
+  fault (``oom_gpu``, ``oom_gpu_nccl_buffer``, ``cuda_illegal_memory_access``,
+  ``gpu_hardware_fault``) found anywhere in the log: a dying process makes its peers time out and
+  lose their connections, never the reverse, and interleaved multi-rank output does not guarantee
+  that the dying rank's message is printed first. A timeout after an NCCL system or network error
+  is won by that earlier error through the first-wins rule.
+
+``scalebook classify`` (:func:`main`, :func:`classify_stream`) prints one word per input line: the
+class, or ``none`` for lines that are not error lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
+
+from ingest.record import ERROR_CLASSES
+
+__all__ = [
+    "Classification",
+    "RULES",
+    "classify_line",
+    "classify_text",
+    "classify_stream",
+    "status_for",
+    "main",
+]
+
+#: Process-local faults: they kill a process, and its peers then time out or lose connections.
+PRIMARY_FAULTS = frozenset(
+    {"oom_gpu", "oom_gpu_nccl_buffer", "cuda_illegal_memory_access", "gpu_hardware_fault"}
+)
+#: Communication-level errors that a process-local fault elsewhere in the log explains.
+CONSEQUENCES = frozenset({"collective_timeout", "nccl_remote_error", "nccl_network_error"})
+#: Classes that never name a root cause while anything more specific is present.
+SYMPTOMS = ("child_process_failed", "unknown")  # in order of preference among themselves
+#: NCCL result-code classes whose following "Last error:" lines may name a more specific fault.
+NCCL_WRAPPERS = frozenset(
+    {
+        "nccl_unhandled_cuda_error",
+        "nccl_system_error",
+        "nccl_invalid_usage_or_internal",
+        "nccl_remote_error",
+    }
+)
+#: How many following lines a wrapper line may be refined from.
+REFINE_WINDOW = 4
+
+_I = re.IGNORECASE
+
+
+def _rx(*patterns: str, flags: int = 0) -> re.Pattern[str]:
+    """One compiled alternation of ``patterns``."""
+    return re.compile("|".join(f"(?:{p})" for p in patterns), flags)
+
+
+# --- not error lines ---------------------------------------------------------------------------
+_BENIGN = _rx(
+    r"\bNCCL INFO\b",
+    # NCCL WARN lines printed by healthy jobs: net plugin discovery and connection retries.
+    r"NCCL WARN.*(?:NET/Plugin|No plugin found|Could not find|Failed to open lib|"
+    r"iommu_group|retrying|aws-ofi-nccl initialization failed)",
+    r"\b(?:User|Future|Deprecation|Runtime)Warning\b",
+)
+# Warning-level lines after the prefix: c10 "[W<mmdd> ...]"/"[W file:line]", glog "W0101 12:00:00",
+# Python logging "WARNING:"/"[WARNING]". torch prints such lines in healthy runs too (TCPStore
+# retries and teardown: "Failed to check the "should dump" flag ... Connection reset by peer").
+_WARNING_LINE = re.compile(r"^\s*(?:\[W\d{0,4}[\s\]]|W\d{4} \d\d:\d\d:\d\d|WARNING:|\[WARNING\])")
+# Python source lines quoted inside a traceback ("    raise ChildFailedError(") and carets.
+_CODE_LINE = re.compile(r"^\s+(?:File \"|raise\b|return\b|[~^]{3,})")
+# Prefixes in front of the message: "[rank3]:", "[default0]:", "[1,0]<stderr>:", srun -l "12: ".
+_PREFIX = re.compile(r"^(?:\s*(?:\[[^\]]{0,60}\](?:<\w+>)?:|\d{1,5}:(?=\s)))+")
+
+# --- the rules, in precedence order ------------------------------------------------------------
+RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "scheduler_time_limit",
+        _rx(
+            r"CANCELLED AT \S+.*DUE TO TIME LIMIT",
+            r"\bDUE TO TIME LIMIT\b",
+            r"PBS: job killed: walltime",
+            r"walltime \d+ exceeded limit",
+            r"\bTERM_RUNLIMIT\b",
+            r"exceeded (?:its |the )?(?:hard )?wall ?clock (?:time )?limit",
+        ),
+    ),
+    (
+        "scheduler_cancelled",
+        _rx(
+            r"\*\*\*\s*(?:JOB|STEP)\s+\S+.*\bCANCELLED AT\b",
+            r"\bCANCELLED AT \d{4}-\d\d-\d\dT",
+            r"\*\*\*\s*JOB\s+\S+\s+STEPD TERMINATED ON\b",
+            r"\bTERM_OWNER\b",
+            r"DUE TO PREEMPTION",
+        ),
+    ),
+    (
+        "gpu_hardware_fault",
+        _rx(
+            r"\bXid\b\s*(?:\(|\d|:)",
+            r"uncorrectable ECC",
+            r"ECC[ _]UNCORRECTABLE|ErrorECCUncorrectable|ECC error.*(?:uncorrectable|double bit)",
+            r"(?:contained|uncontained) ECC error",
+            r"double bit error|\bDBE\b",
+            r"fallen off the bus",
+            r"\bGPU is lost\b",
+            r"Unable to determine the device handle for GPU",
+            r"uncorrectable NVLink error|NVLink: fatal error",
+            r"row remapp\w* fail",
+            r"HW Exception by GPU",
+            flags=_I,
+        ),
+    ),
+    (
+        "cuda_illegal_memory_access",
+        _rx(
+            r"illegal memory access",
+            r"cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS|illegal address",
+            r"misaligned address",
+            flags=_I,
+        ),
+    ),
+    (
+        "oom_gpu_nccl_buffer",
+        _rx(
+            r"Failed to CUDA \w+",  # include/alloc.h: "Failed to CUDA calloc [async] N bytes"
+            r"\[Rem Allocator\] Allocation failed",
+            r"(?:NCCL WARN|ncclUnhandledCudaError|unhandled cuda error|NCCL error|Cuda failure)"
+            r".*(?:out of memory|OUT_OF_MEMORY|cudaErrorMemoryAllocation)",
+            flags=_I,
+        ),
+    ),
+    (
+        "oom_gpu",
+        _rx(
+            r"(?:CUDA|HIP|XPU|MPS) out of memory",
+            r"OutOfMemoryError",
+            r"CUDA error: out of memory",
+            r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY",
+            r"cudaErrorMemoryAllocation",
+        ),
+    ),
+    (
+        "rendezvous_failure",
+        _rx(
+            r"DistNetworkError|DistStoreError",
+            r"Rendezvous\w*(?:Error|Timeout)",
+            r"rendezvous\b.*\b(?:timed out|failed)",
+            r"store based barrier",
+            r"c10d key-value store|store->(?:get|set|wait)\(.*(?:error|timeout)",
+            r"(?:client|server) socket has (?:timed out|failed)",
+            r"Timed out after \d+ seconds waiting for (?:workers|clients)",
+            r"wait timeout after \d+ ?ms, keys:",
+            r"connection to the C10d store has failed",
+            flags=_I,
+        ),
+    ),
+    (
+        "nccl_remote_error",
+        _rx(
+            r"\bncclRemoteError\b",
+            r"remote process exited or there was a network error",
+            r"remote process exiting prematurely",
+        ),
+    ),
+    (
+        "nccl_system_error",
+        _rx(r"\bncclSystemError\b", r"unhandled system error", flags=_I),
+    ),
+    (
+        "nccl_unhandled_cuda_error",
+        _rx(r"\bncclUnhandledCudaError\b", r"unhandled cuda error", flags=_I),
+    ),
+    (
+        "nccl_invalid_usage_or_internal",
+        _rx(
+            r"\bncclInvalidUsage\b|\bncclInternalError\b|\bncclInvalidArgument\b",
+            r"NCCL (?:error|failure)\b.*\b(?:invalid usage|invalid argument|internal error)",
+            r"internal error - please report this issue to the NCCL developers",
+            r"Internal check failed",
+            flags=_I,
+        ),
+    ),
+    (
+        "collective_timeout",
+        _rx(
+            r"Watchdog caught collective operation timeout",
+            r"collective operation timeout",
+            r"Timeout at NCCL work",
+            r"detected by watchdog",
+            r"due to a collective timeout",
+            r"ran for \d+ milliseconds before timing out",
+            r"WorkNCCL\(.*\) timed out",
+            r"Heartbeat monitor timed out",
+            r"watchdog (?:got|thread) stuck|watchdog got stuck",
+            r"Some NCCL operations have failed or timed out",
+            r"taking the entire process down",
+            r"flight recorder dump signal",
+            r"Timed out waiting \d+ ?ms for (?:send|recv) operation",
+            flags=_I,
+        ),
+    ),
+    (
+        "nccl_unhandled_cuda_error",
+        _rx(r"\bCuda failure\b", r"NCCL WARN.*\bcuda\w*\b.*failed", flags=_I),
+    ),
+    (
+        "nccl_system_error",
+        _rx(
+            r"Call to ibv_\w+ failed|\bibv_\w+ failed",
+            r"shared memory segment|failed to extend /dev/shm|posix_fallocate",
+            r"NCCL WARN.*(?:No space left on device|Cannot allocate memory)",
+            r"NCCL WARN.*Failed to (?:malloc|calloc|realloc)\b",
+            r"NCCL WARN.*Call to (?:bind|listen|socket|open|mmap|ioctl)\b.*failed",
+            flags=_I,
+        ),
+    ),
+    (
+        "nccl_invalid_usage_or_internal",
+        _rx(
+            r"Duplicate GPU detected",
+            r"NCCL WARN.*\binvalid (?:rank|root|communicator|comm|device|datatype|type|op|usage)\b",
+            flags=_I,
+        ),
+    ),
+    ("nccl_remote_error", _rx(r"Connection reset by peer", flags=_I)),
+    (
+        "nccl_network_error",
+        _rx(
+            r"NET/IB\s*:.*(?:error|fail|Got completion|Async event)",
+            r"NET/OFI\b.*(?:error|fail)",
+            r"NET/Socket\s*:.*(?:error|fail|closed)",
+            r"Socket (?:recv|send) failed",
+            r"Connection closed by (?:remote )?peer",
+            r"Net\s*:\s*Call to \w+ .*failed",
+            r"socket\w*:.*(?:failed|error)",
+            r"Broken pipe",
+            r"Software caused connection abort|No route to host",
+            r"NCCL WARN.*(?:Connection (?:refused|timed out)|exceeded retries)",
+            r"ibv_poll_cq|IBV_WC_\w+_ERR|RETRY_EXC_ERR",
+            flags=_I,
+        ),
+    ),
+    (
+        "child_process_failed",
+        _rx(
+            r"ChildFailedError",
+            r"failed \(exitcode:\s*-?\d+\)\s*local_rank",
+            r"srun: error: .*\btasks? [\d,\-\[\]]+: (?:Exited with exit code|Killed|Terminated)",
+            r"SignalException: Process \d+ got signal",
+            r"exits with return code\s*=\s*-?[1-9]",
+        ),
+    ),
+    (
+        "unknown",
+        _rx(
+            r"^Traceback \(most recent call last\)",
+            r"(?:^|[\s:>\]])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::|\s*$)",
+            r"Segmentation fault|Fatal Python error|core dumped|terminate called after throwing",
+            r"^\[E\s?\d{0,4}[\s\]]",
+            r"\bCUDA error\b|\bNCCL error\b",
+            r"(?:srun|slurmstepd)(?:-\S+)?: error:",
+        ),
+    ),
+)
+
+assert all(cls in ERROR_CLASSES for cls, _ in RULES), "RULES name a class outside ERROR_CLASSES"
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The first root cause found in a log.
+
+    ``error_class`` is a DESIGN §6 class or ``None`` when the log shows no failure; ``line`` is the
+    root-cause line (stripped), ``line_no`` its 1-based number, ``status`` the run status it implies.
+    """
+
+    error_class: str | None
+    line: str | None = None
+    line_no: int | None = None
+    status: str | None = None
+
+
+def status_for(error_class: str | None) -> str | None:
+    """Run status implied by an error class (``None`` for no failure)."""
+    if error_class is None:
+        return None
+    if error_class in ("oom_gpu", "oom_gpu_nccl_buffer"):
+        return "oom"
+    if error_class in ("collective_timeout", "scheduler_time_limit"):
+        return "timeout"
+    if error_class.startswith("nccl_"):
+        return "nccl_error"
+    return "failed"
+
+
+def classify_line(line: str) -> str | None:
+    """The DESIGN §6 error class of one log line, or ``None`` if it is not an error line."""
+    if not line or not line.strip():
+        return None
+    core = _PREFIX.sub("", line.rstrip("\r\n"))
+    if _BENIGN.search(line) or _CODE_LINE.match(core) or _WARNING_LINE.match(core):
+        return None
+    core = core.strip()
+    for error_class, pattern in RULES:
+        target = core if error_class == "unknown" else line
+        if pattern.search(target):
+            return error_class
+    return None
+
+
+def classify_text(text: str) -> Classification:
+    """The first root cause in a whole log (see the module docstring for the rules)."""
+    lines = text.splitlines()
+    found: list[tuple[int, str]] = []  # (0-based index, class) of every error line
+    classes: dict[int, str] = {}
+    for i, line in enumerate(lines):
+        cls = classify_line(line)
+        if cls is not None:
+            found.append((i, cls))
+            classes[i] = cls
+    if not found:
+        return Classification(None)
+
+    # Refinement: an NCCL result code followed by its "Last error:" detail naming a local fault.
+    refined: list[tuple[int, str]] = []
+    for i, cls in found:
+        if cls in NCCL_WRAPPERS:
+            for j in range(i + 1, min(i + 1 + REFINE_WINDOW, len(lines))):
+                if classes.get(j) in PRIMARY_FAULTS:
+                    i, cls = j, classes[j]
+                    break
+        refined.append((i, cls))
+
+    specific = [(i, c) for i, c in refined if c not in SYMPTOMS]
+    if specific:
+        i, cls = specific[0]
+        if cls in CONSEQUENCES:
+            primary = next(((j, c) for j, c in specific if c in PRIMARY_FAULTS), None)
+            if primary is not None:
+                i, cls = primary
+    else:
+        for symptom in SYMPTOMS:
+            hit = next(((j, c) for j, c in refined if c == symptom), None)
+            if hit is not None:
+                i, cls = hit
+                break
+    return Classification(cls, lines[i].strip(), i + 1, status_for(cls))
+
+
+def classify_stream(lines: Iterable[str]) -> Iterator[str]:
+    """One word per input line: its error class, or ``"none"`` when it is not an error line."""
+    for line in lines:
+        yield classify_line(line) or "none"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``scalebook classify``: classify stdin line by line (or, with ``--root-cause``, as a whole).
+
+    Per-line mode prints one word per input line (a class, or ``none``). ``--root-cause`` prints
+    ``<error_class>\\t<status>\\t<line_no>\\t<line>`` for the whole input, or ``none``.
+    """
+    parser = argparse.ArgumentParser(prog="scalebook classify", description=main.__doc__)
+    parser.add_argument("--root-cause", action="store_true", help="classify stdin as one log")
+    args = parser.parse_args(argv)
+    if args.root_cause:
+        result = classify_text(sys.stdin.read())
+        if result.error_class is None:
+            print("none")
+        else:
+            print(f"{result.error_class}\t{result.status}\t{result.line_no}\t{result.line}")
+        return 0
+    for word in classify_stream(sys.stdin):
+        print(word)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,5 @@
+"""Placeholder router; filled in by its owner."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

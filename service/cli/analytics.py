@@ -1,0 +1,125 @@
+"""`scalebook heatmap` and `scalebook recommend`: readable tables, or JSON with --json."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from service.cli.base import Api, ApiError, app, console, fail, print_json
+
+
+def _label(best: dict) -> str:
+    parts = [f"DP{best['dp']}", f"TP{best['tp']}", f"PP{best['pp']}"]
+    if (best.get("cp") or 1) > 1:
+        parts.append(f"CP{best['cp']}")
+    if (best.get("ep") or 1) > 1:
+        parts.append(f"EP{best['ep']}")
+    parts += [f"GAS{best.get('grad_accum_steps') or '?'}",
+              f"Z{best['zero_stage'] if best.get('zero_stage') is not None else '?'}",
+              f"MBS{best.get('micro_batch_size') or '?'}"]
+    return " ".join(parts)
+
+
+def _mfu(run: dict) -> float | None:
+    return run.get("mfu_derived") if run.get("mfu_derived") is not None else run.get("mfu")
+
+
+@app.command()
+def heatmap(
+    metric: str = typer.Option("tokens_per_sec_per_gpu", help="tokens_per_sec_per_gpu | mfu"),
+    gpu_type: str = typer.Option(None), seq_len: int = typer.Option(None),
+    global_batch_tokens: int = typer.Option(None), framework: str = typer.Option(None),
+    precision: str = typer.Option(None),
+    as_json: bool = typer.Option(False, "--json", help="print the API's JSON"),
+) -> None:
+    """Best config per model size class (rows, billions) × node count (columns)."""
+    try:
+        body = Api().get("/heatmap", metric=metric, gpu_type=gpu_type, seq_len=seq_len,
+                         global_batch_tokens=global_batch_tokens, framework=framework, precision=precision)
+    except ApiError as exc:
+        fail(str(exc))
+    if as_json:
+        print_json(body)
+        return
+    cells = body["cells"]
+    if not cells:
+        console.print("no runs match: import some (`scalebook import …`) or relax the filters")
+        return
+    sizes = sorted({c["model_size_class"] for c in cells})
+    nodes = sorted({c["nodes"] for c in cells})
+    grid = {(c["model_size_class"], c["nodes"]): c for c in cells}
+    table = Table(title=f"best {metric} per model size × nodes", show_lines=True)
+    table.add_column("model")
+    for n in nodes:
+        table.add_column(f"{n} node{'s' if n > 1 else ''}")
+    for size in sizes:
+        row = [f"{size:g}B"]
+        for n in nodes:
+            c = grid.get((size, n))
+            if c is None:
+                row.append("")
+            elif c["best"] is None:
+                row.append(f"[red]no success[/]\nOOM {c['n_oom']} · failed {c['n_failed']}")
+            else:
+                b = c["best"]
+                mfu = _mfu(b)
+                tps = b.get("tokens_per_sec_per_gpu")
+                row.append(f"{_label(b)}\n"
+                           f"{'MFU %.1f%%' % (100 * mfu) if mfu is not None else 'MFU ?'}"
+                           f"{' · %s tok/s/GPU' % format(round(tps), ',') if tps is not None else ''}\n"
+                           f"ok {c['n_success']} · OOM {c['n_oom']} · failed {c['n_failed']} · run {b['id']}")
+        table.add_row(*row)
+    console.print(table)
+
+
+@app.command()
+def recommend(
+    model: str = typer.Option(..., "--model", help="model size: 8B, 1.34B, 8e9"),
+    nodes: int = typer.Option(..., "--nodes"),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
+    gpu_type: str = typer.Option(None, "--gpu-type"),
+    seq_len: int = typer.Option(None, "--seq-len"),
+    global_batch_tokens: int = typer.Option(None, "--global-batch-tokens"),
+    k: int = typer.Option(5, "-k", help="how many candidates"),
+    metric: str = typer.Option("tokens_per_sec_per_gpu", help="tokens_per_sec_per_gpu | mfu"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """"What worked on N nodes for this model?" — nearest recorded configs, adapted to the target."""
+    try:
+        body = Api().get("/recommend", model_params=model, nodes=nodes, gpus_per_node=gpus_per_node,
+                         gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, k=k,
+                         metric=metric)
+    except ApiError as exc:
+        fail(str(exc))
+    if as_json:
+        print_json(body)
+        return
+    t = body["target"]
+    console.print(f"target: {t['model_size_class']:g}B on {t['nodes']} × {t['gpus_per_node']} GPUs"
+                  f"{' ' + t['gpu_type'] if t.get('gpu_type') else ''}"
+                  f"{', seq ' + str(t['seq_len']) if t.get('seq_len') else ''}")
+    if not body["candidates"]:
+        console.print("no recorded configuration can be adapted to this target")
+        return
+    table = Table(show_lines=True)
+    for col in ("#", "match", "config", "tok/s/GPU", "MFU", "peak GiB", "memory check", "evidence", "why / risk"):
+        table.add_column(col)
+    for i, c in enumerate(body["candidates"], 1):
+        cfg = c["config"]
+        m = c["metrics"]
+        mem = c.get("memory") or {}
+        mem_txt = ("fits" if mem.get("fits") else "does not fit" if mem.get("fits") is False else "n/a")
+        if mem.get("predicted_peak_memory_gib") is not None:
+            mem_txt += f" ({mem['predicted_peak_memory_gib']:.1f} / {mem.get('gpu_memory_gib') or '?'} GiB)"
+        ev = c["evidence"]
+        spread = ev.get("spread")
+        table.add_row(
+            str(i), f"{c['match']}\nd={c['distance']:.2f}", _label(cfg) + (f" RC:{cfg['recompute']}" if cfg.get('recompute') not in (None, 'none') else ""),
+            f"{m['tokens_per_sec_per_gpu']:,.0f}" if m.get("tokens_per_sec_per_gpu") is not None else "?",
+            f"{100 * m['mfu']:.1f}%" if m.get("mfu") is not None else "?",
+            f"{m['peak_memory_gib']:.1f}" if m.get("peak_memory_gib") is not None else "?",
+            mem_txt,
+            f"{ev['n_runs']} run(s), best #{ev['best_run_id']}"
+            + (f"\nrange {spread['min']:,.0f}–{spread['max']:,.0f}" if spread else ""),
+            f"{c['why']}\n{c['risk']}")
+    console.print(table)

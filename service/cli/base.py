@@ -1,0 +1,76 @@
+"""Shared pieces of the CLI: the typer app, the HTTP client to the API, output helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import httpx
+import typer
+from rich.console import Console
+
+app = typer.Typer(help="scalebook: results database for distributed LLM-training benchmark sweeps.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+console = Console()
+err_console = Console(stderr=True)
+
+DEFAULT_API_URL = "http://127.0.0.1:8000"
+
+
+def api_url() -> str:
+    """SCALEBOOK_API_URL or http://127.0.0.1:8000."""
+    return os.environ.get("SCALEBOOK_API_URL", DEFAULT_API_URL).rstrip("/")
+
+
+class ApiError(Exception):
+    """An error answer from the API, carrying its status and error body."""
+
+    def __init__(self, status: int, body: dict[str, Any]):
+        self.status = status
+        self.body = body
+        err = body.get("error", {}) if isinstance(body, dict) else {}
+        super().__init__(f"HTTP {status} {err.get('code', '')}: {err.get('message', body)}")
+
+
+class Api:
+    """Thin synchronous client of the scalebook API (sends SCALEBOOK_TOKEN as a bearer token)."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 60.0):
+        self.url = (url or api_url()).rstrip("/")
+        token = token if token is not None else os.environ.get("SCALEBOOK_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+        try:
+            resp = self.http.request(method, f"/api/v1{path}", **kwargs)
+        except httpx.TransportError as exc:
+            raise typer.BadParameter(
+                f"cannot reach the scalebook API at {self.url} ({exc.__class__.__name__}): start it with "
+                "`scalebook serve` or set SCALEBOOK_API_URL") from exc
+        try:
+            body = resp.json()
+        except ValueError:
+            body = {"error": {"code": "bad_response", "message": resp.text[:500]}}
+        return resp.status_code, body
+
+    def get(self, path: str, **params: Any) -> Any:
+        status, body = self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
+        if status >= 400:
+            raise ApiError(status, body)
+        return body
+
+    def post(self, path: str, payload: Any) -> tuple[int, Any]:
+        return self.request("POST", path, json=payload)
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print an error to stderr and exit with `code`."""
+    err_console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")

@@ -1,0 +1,51 @@
+"""`scalebook db …`: schema management."""
+
+from __future__ import annotations
+
+import typer
+
+from service.cli.base import app, console, fail
+from service.db import Database
+from service.errors import ScalebookError
+from service.settings import get_settings
+
+db_app = typer.Typer(help="Database schema: upgrade, current revision, check.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def upgrade(revision: str = typer.Argument("head", help="target Alembic revision")) -> None:
+    """Run the Alembic migrations on SCALEBOOK_DATABASE_URL (default: the embedded DuckDB file)."""
+    url = get_settings().url
+    db = Database(url)
+    try:
+        db.wait_until_ready(timeout_s=30)
+        db.upgrade(revision)
+        console.print(f"database {db.engine.url.render_as_string(hide_password=True)} at revision {db.current_revision()}")
+    except ScalebookError as exc:
+        fail(exc.message)
+    finally:
+        db.dispose()
+
+
+@db_app.command("current")
+def current() -> None:
+    """Print the database's revision and the code's head revision."""
+    db = Database(get_settings().url)
+    try:
+        console.print(f"current: {db.current_revision()}  head: {db.head_revision()}")
+    finally:
+        db.dispose()
+
+
+@db_app.command("check")
+def check() -> None:
+    """Exit 1 with the fixing command when the schema is not at head."""
+    db = Database(get_settings().url)
+    try:
+        db.check_schema()
+        console.print("schema is at head")
+    except ScalebookError as exc:
+        fail(exc.message)
+    finally:
+        db.dispose()

@@ -1,0 +1,174 @@
+"""`scalebook import nanotron|table|log FILE` and `scalebook push FILE`.
+
+Importers are API clients: they parse on this side and send batches to SCALEBOOK_API_URL, so one
+process owns the DuckDB file and every row passes the same server-side validation. Each prints a
+summary (read, stored, already present, rejected) and writes rejected rows with their reasons to
+a CSV file it names. Run keys are deterministic, so running an import twice stores nothing new.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from service.cli.base import Api, app, console, fail, print_json
+
+import_app = typer.Typer(help="Import runs from files (sent through the API).", no_args_is_help=True)
+app.add_typer(import_app, name="import")
+
+BATCH = 500
+
+
+@dataclass
+class ImportSummary:
+    """Counts of one import, and the rejected rows with reasons."""
+
+    file: str
+    read: int = 0
+    stored: int = 0
+    already_present: int = 0
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    rejects_file: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "read": self.read, "stored": self.stored, "already_present": self.already_present,
+                "rejected": len(self.rejected), "rejects_file": self.rejects_file}
+
+
+def send_records(api: Api, records: list[dict[str, Any]], origins: list[dict[str, Any]],
+                 summary: ImportSummary) -> None:
+    """POST records in batches; on 422/409 drop the named rows into `summary.rejected` and resend
+    the rest, so one bad row never blocks a file. `origins[i]` describes record i (line, row)."""
+    for start in range(0, len(records), BATCH):
+        pending = list(range(start, min(start + BATCH, len(records))))
+        while pending:
+            status, body = api.post("/runs", {"runs": [records[i] for i in pending]})
+            if status in (200, 201):
+                summary.stored += body["created"]
+                summary.already_present += body["existing"]
+                break
+            details = body.get("error", {}).get("details", []) if isinstance(body, dict) else []
+            bad: dict[int, list[str]] = {}
+            for d in details:
+                if isinstance(d.get("index"), int) and 0 <= d["index"] < len(pending):
+                    bad.setdefault(d["index"], []).append(d.get("message") or str(d))
+            if status not in (409, 422) or not bad:
+                message = body.get("error", {}).get("message") if isinstance(body, dict) else body
+                fail(f"the API refused a batch (HTTP {status}): {message}")
+            for local, reasons in bad.items():
+                i = pending[local]
+                summary.rejected.append({**origins[i], "reason": "; ".join(reasons)})
+            pending = [i for j, i in enumerate(pending) if j not in bad]
+
+
+def write_rejects(summary: ImportSummary, path: Path | None) -> None:
+    """Write rejected rows (line, reason, original row as JSON) to CSV; path defaults to
+    ./<input stem>.rejects.csv. Nothing is written when nothing was rejected."""
+    if not summary.rejected:
+        return
+    path = path or Path.cwd() / f"{Path(summary.file).stem}.rejects.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["line", "reason", "row"])
+        for r in summary.rejected:
+            w.writerow([r.get("line", ""), r["reason"], json.dumps(r.get("row"), default=str)])
+    summary.rejects_file = str(path)
+
+
+def report(summary: ImportSummary, as_json: bool) -> None:
+    if as_json:
+        print_json(summary.as_dict())
+        return
+    console.print(f"{summary.file}: read {summary.read}, stored {summary.stored}, "
+                  f"already present {summary.already_present}, rejected {len(summary.rejected)}")
+    if summary.rejects_file:
+        console.print(f"  rejected rows and reasons written to {summary.rejects_file}")
+
+
+def import_parsed(kind: str, path: Path, api: Api, defaults: dict[str, Any], rejects: Path | None) -> ImportSummary:
+    """Parse `path` with the `kind` parser ("nanotron" | "table"), send it, write rejects."""
+    from ingest.parsers import nanotron, table
+
+    parser = {"nanotron": nanotron, "table": table}[kind]
+    result = parser.parse_file(path, **{k: v for k, v in defaults.items() if v is not None})
+    summary = ImportSummary(file=str(path), read=len(result.records) + len(result.rejects))
+    for r in result.rejects:
+        summary.rejected.append({"line": r.line_no, "row": r.row, "reason": r.reason})
+    origins = [{"line": rec.get("extra", {}).get("line") if isinstance(rec.get("extra"), dict) else None, "row": rec}
+               for rec in result.records]
+    send_records(api, result.records, origins, summary)
+    write_rejects(summary, rejects)
+    return summary
+
+
+def import_examples(data_dir: Path, url: str) -> list[ImportSummary]:
+    """Import every example file (nanotron/*.csv, published/*.csv); idempotent."""
+    api = Api(url)
+    summaries = []
+    for path in sorted((data_dir / "nanotron").glob("*.csv")):
+        summaries.append(import_parsed("nanotron", path, api, {}, None))
+    for path in sorted((data_dir / "published").glob("*.csv")):
+        summaries.append(import_parsed("table", path, api, {}, None))
+    for s in summaries:
+        report(s, False)
+    return summaries
+
+
+_GPU = typer.Option(None, "--gpu-type", help="gpu_type for rows that lack one")
+_GPN = typer.Option(None, "--gpus-per-node", help="gpus_per_node for rows that lack one")
+_FW = typer.Option(None, "--framework", help="framework for rows that lack one")
+_REJ = typer.Option(None, "--rejects", help="where to write rejected rows (default ./<file>.rejects.csv)")
+_JSON = typer.Option(False, "--json", help="print the summary as JSON")
+
+
+@import_app.command("nanotron")
+def import_nanotron(file: Path = typer.Argument(..., exists=True, dir_okay=False), gpu_type: str = _GPU,
+                    gpus_per_node: int = _GPN, framework: str = _FW, rejects: Path = _REJ,
+                    as_json: bool = _JSON) -> None:
+    """Import a nanotron benchmark CSV (Ultra-Scale Playbook sweep format, or current columns)."""
+    report(import_parsed("nanotron", file, Api(), {"gpu_type": gpu_type, "gpus_per_node": gpus_per_node,
+                                                   "framework": framework}, rejects), as_json)
+
+
+@import_app.command("table")
+def import_table(file: Path = typer.Argument(..., exists=True, dir_okay=False), gpu_type: str = _GPU,
+                 gpus_per_node: int = _GPN, framework: str = _FW, rejects: Path = _REJ,
+                 as_json: bool = _JSON) -> None:
+    """Import a published-results table in the common 33-column layout ("5,762", "41%", "1.7B")."""
+    report(import_parsed("table", file, Api(), {"gpu_type": gpu_type, "gpus_per_node": gpus_per_node,
+                                                "framework": framework}, rejects), as_json)
+
+
+@app.command("push")
+def push(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON (object or list) or JSONL"),
+         rejects: Path = _REJ, as_json: bool = _JSON) -> None:
+    """Send run records from a JSON or JSONL file (one record per line)."""
+    text = file.read_text()
+    summary = ImportSummary(file=str(file))
+    records: list[dict[str, Any]] = []
+    origins: list[dict[str, Any]] = []
+    try:
+        doc = json.loads(text)
+        items = doc["runs"] if isinstance(doc, dict) and "runs" in doc else doc if isinstance(doc, list) else [doc]
+        lines = [(None, item) for item in items]
+    except json.JSONDecodeError:
+        lines = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                lines.append((n, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                summary.rejected.append({"line": n, "row": line, "reason": f"line {n}: not JSON ({exc.msg})"})
+    for n, item in lines:
+        records.append(item)
+        origins.append({"line": n, "row": item})
+    summary.read = len(records) + len(summary.rejected)
+    send_records(Api(), records, origins, summary)
+    write_rejects(summary, rejects)
+    report(summary, as_json)

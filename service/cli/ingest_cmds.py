@@ -1,0 +1,3 @@
+"""Placeholder CLI module; filled in by its owner."""
+
+from service.cli.base import app  # noqa: F401

@@ -1,0 +1,126 @@
+"""`scalebook serve`, `scalebook dashboard` and `scalebook up` (API + example data + dashboard)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import typer
+
+from service.cli.base import api_url, app, console, fail
+from service.settings import get_settings, is_loopback
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def example_data_dir() -> Path:
+    """The example data shipped with the project (examples/data), or ../shared/data beside it."""
+    for candidate in (REPO_ROOT / "examples" / "data", Path.cwd() / "examples" / "data"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("examples/data not found: run from a scalebook checkout")
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="bind address; beyond loopback needs tokens or --insecure"),
+    port: int = typer.Option(8000, help="TCP port"),
+    insecure: bool = typer.Option(False, "--insecure", help="allow binding beyond loopback without tokens"),
+    log_level: str = typer.Option("info"),
+) -> None:
+    """Serve the API (one uvicorn worker: more stall each request ~40 ms, uvicorn#3149).
+
+    Waits for the database, migrates an embedded DuckDB, refuses a stale PostgreSQL schema.
+    """
+    import uvicorn
+
+    from service.api import create_app
+    from service.db import Database
+    from service.errors import ScalebookError
+
+    settings = get_settings()
+    db = Database(settings.url)
+    try:
+        db.prepare()
+    except ScalebookError as exc:
+        fail(exc.message)
+    if not is_loopback(host) and not (insecure or settings.insecure):
+        from service.auth import active_token_count
+
+        with db.session() as session:
+            if active_token_count(session) == 0:
+                db.dispose()
+                fail(f"refusing to bind {host}: no API tokens exist. Create one with "
+                     "`scalebook token create --scope admin`, or pass --insecure")
+    console.print(f"scalebook API on http://{host}:{port} (database: "
+                  f"{db.engine.url.render_as_string(hide_password=True)}); docs at /docs")
+    uvicorn.run(create_app(db, settings), host=host, port=port, workers=1, log_level=log_level)
+
+
+def _dashboard_cmd(port: int, api: str) -> list[str]:
+    script = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
+    return [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
+            "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.address", "127.0.0.1"]
+
+
+@app.command()
+def dashboard(port: int = typer.Option(8501, help="dashboard port")) -> None:
+    """Start the Streamlit dashboard against SCALEBOOK_API_URL (it reads only through the API)."""
+    env = {**os.environ, "SCALEBOOK_API_URL": api_url()}
+    console.print(f"dashboard on http://127.0.0.1:{port} reading {api_url()}")
+    raise typer.Exit(subprocess.call(_dashboard_cmd(port, api_url()), env=env))
+
+
+def wait_for_api(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/api/v1/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"API at {url} not healthy after {timeout_s:.0f}s")
+
+
+@app.command()
+def up(
+    port: int = typer.Option(8000, help="API port"),
+    dashboard_port: int = typer.Option(8501, help="dashboard port"),
+    load_examples: bool = typer.Option(True, "--load-examples/--no-examples",
+                                       help="import examples/data (idempotent)"),
+) -> None:
+    """The quick start: API on 127.0.0.1 (embedded DuckDB unless SCALEBOOK_DATABASE_URL is set),
+    the real example data imported, and the dashboard. Ctrl-C stops everything."""
+    from service.cli.imports import import_examples
+
+    url = f"http://127.0.0.1:{port}"
+    api = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)])
+    procs = [api]
+    try:
+        wait_for_api(url)
+        os.environ["SCALEBOOK_API_URL"] = url
+        if load_examples:
+            import_examples(example_data_dir(), url)
+        env = {**os.environ, "SCALEBOOK_API_URL": url}
+        procs.append(subprocess.Popen(_dashboard_cmd(dashboard_port, url), env=env))
+        console.print(f"\n[bold]scalebook is up[/]: API {url} (docs {url}/docs), "
+                      f"dashboard http://127.0.0.1:{dashboard_port}. Ctrl-C to stop.")
+        while all(p.poll() is None for p in procs):
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
