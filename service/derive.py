@@ -12,6 +12,8 @@ Derived values are computed one way for every run, whatever framework reported i
   MFU = (6·N + 12·L·h·s) · tokens_per_sec_per_gpu / peak_flops, with N total parameters,
   L layers, h hidden size, s seq_len; without dims the attention term is dropped (6·N alone).
   When only tflops_per_gpu is reported, MFU = tflops_per_gpu / peak. `mfu_method` says which.
+  For mixture-of-experts runs N is the parameter count *active* per token (extra.active_params or
+  an "A3B" name token); without it MFU is only derived from a reported tflops_per_gpu.
 - hfu_derived: with full recompute one more forward pass is executed:
   (8·N + 16·L·h·s) · tokens/s / peak; otherwise hfu_derived = mfu_derived (selective recompute's
   extra attention FLOPs are ignored).
@@ -23,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,9 +120,11 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
     nodes, gpn, world, dp = row.get("nodes"), row.get("gpus_per_node"), row.get("world_size"), row.get("dp")
 
     if nodes and gpn:
-        if world is not None and world != nodes * gpn:
+        # a job may use part of its last node (4 GPUs of one 8-GPU node), never more than all of them
+        if world is not None and not (nodes - 1) * gpn < world <= nodes * gpn:
             errors.append(FieldError("world_size", world,
-                                     f"world_size {world} != nodes {nodes} × gpus_per_node {gpn} = {nodes * gpn}"))
+                                     f"world_size {world} does not fit nodes {nodes} × gpus_per_node {gpn} "
+                                     f"= {nodes * gpn} GPUs"))
         world = world or nodes * gpn
     if world is None and dp:
         world = dp * tp * pp * cp
@@ -138,9 +143,10 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         elif dp * model_parallel != world:
             errors.append(FieldError("dp", dp,
                                      f"tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * model_parallel} != world_size {world}"))
-    if dp and ep > 1 and (dp * cp) % ep:
-        errors.append(FieldError("ep", ep, f"ep {ep} must divide dp·cp = {dp}·{cp} = {dp * cp} "
-                                           "(expert parallelism is carved out of DP×CP, Megatron-Core)"))
+    if dp and ep > 1 and (dp * cp * tp) % ep:
+        errors.append(FieldError("ep", ep, f"ep {ep} must divide dp·cp·tp = {dp}·{cp}·{tp} = {dp * cp * tp} "
+                                           "(expert parallelism is carved out of DP×CP, or folded over TP too: "
+                                           "Megatron-Core MoE parallel folding, arXiv 2504.14960)"))
     row.update(nodes=nodes, gpus_per_node=gpn, world_size=world, dp=dp)
 
     if row.get("global_batch_tokens") is None:
@@ -154,6 +160,12 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         n_params = estimate_params_from_dims(row)
         n_source = "dims"
     row["model_size_class"] = model_size_class(n_params)
+    # MoE: the 6N rule counts the parameters each token passes through (active), not the total.
+    active = active_params(row.get("model_name"), extra)
+    if active:
+        n_params, n_source = active, "active_params"
+    elif is_moe(row, extra):
+        n_params, n_source = None, "moe"
 
     peak = hardware.peak_tflops(row.get("gpu_type"), precision)
     row["peak_tflops"] = peak
@@ -163,7 +175,7 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         if n_params and tps is not None:
             fpt, method = flops_per_token(n_params, row.get("num_layers"), row.get("hidden_size"), row.get("seq_len"))
             row["mfu_derived"] = fpt * tps / (peak * 1e12)
-            row["mfu_method"] = method + ("(N from dims)" if n_source == "dims" else "")
+            row["mfu_method"] = method + {"dims": "(N from dims)", "active_params": "(N active)"}.get(n_source, "")
             if row.get("recompute") == "full":
                 hfpt, _ = flops_per_token(n_params, row.get("num_layers"), row.get("hidden_size"),
                                           row.get("seq_len"), recompute_full=True)
@@ -174,15 +186,39 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
             row["mfu_derived"] = row["tflops_per_gpu"] / peak
             row["mfu_method"] = "tflops_per_gpu/peak"
     if row["mfu_derived"] is not None and row["mfu_derived"] > 1.0:
-        errors.append(FieldError(
-            "tokens_per_sec_per_gpu" if row["mfu_method"] != "tflops_per_gpu/peak" else "tflops_per_gpu",
-            tps if row["mfu_method"] != "tflops_per_gpu/peak" else row.get("tflops_per_gpu"),
-            f"derived MFU {row['mfu_derived']:.3f} > 1 ({row['mfu_method']}, N={n_params}, gpu_type="
-            f"{row.get('gpu_type')}, peak {peak} TFLOP/s): is the throughput per GPU, and the hardware right?"))
-
+        from_tflops = row["mfu_method"] == "tflops_per_gpu/peak"
+        field = "tflops_per_gpu" if from_tflops else "tokens_per_sec_per_gpu"
+        value = row.get(field)
+        errors.append(FieldError(field, value, (
+            f"{field}={value} gives a derived MFU of {row['mfu_derived']:.3f} > 1 ({row['mfu_method']}, "
+            f"N={n_params}, gpu_type={row.get('gpu_type')}, peak {peak} TFLOP/s at {precision or 'bf16'}): "
+            "is the throughput per GPU, and are the hardware and model size right?")))
+    if row["mfu_method"] is None and n_source == "moe" and tps is not None:
+        row["mfu_method"] = "moe: active params unknown (set extra.active_params)"
     row["extra"] = extra or None
     row["fingerprint"] = fingerprint(row)
     return row, errors
+
+
+_ACTIVE = re.compile(r"(?:^|[-_ .])a(\d+(?:\.\d+)?)b(?:$|[-_ .)])", re.IGNORECASE)
+
+
+def active_params(model_name: str | None, extra: dict[str, Any]) -> int | None:
+    """Parameters active per token for MoE models: extra["active_params"], else the "A3B" token of
+    names like "Qwen3-30B-A3B" (3e9). None for dense models or when unknown."""
+    value = extra.get("active_params")
+    if isinstance(value, (int, float)) and value > 0:
+        return int(value)
+    if model_name:
+        m = _ACTIVE.search(model_name)
+        if m:
+            return int(float(m.group(1)) * 1e9)
+    return None
+
+
+def is_moe(row: dict[str, Any], extra: dict[str, Any]) -> bool:
+    """A mixture-of-experts run: expert parallelism > 1, or experts declared in extra."""
+    return (row.get("ep") or 1) > 1 or bool(extra.get("num_experts") or extra.get("moe"))
 
 
 def fingerprint(row: dict[str, Any]) -> str:

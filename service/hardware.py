@@ -19,7 +19,7 @@ class Accelerator:
     """One catalog entry.
 
     name: canonical gpu_type stored in runs; peak_tflops: dense TFLOP/s per precision key
-    (bf16, fp16, fp8, tf32, fp32); memory_gib: HBM per accelerator; source: where the numbers are from.
+    (bf16, fp16, fp8, fp4, tf32, fp32); memory_gib: HBM per accelerator; source: where the numbers are from.
     """
 
     name: str
@@ -32,22 +32,22 @@ class Accelerator:
 
 CATALOG: tuple[Accelerator, ...] = (
     Accelerator(
-        "GB300", 288.0, {"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "tf32": 1250.0},
+        "GB300", 288.0, {"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "fp4": 15000.0, "tf32": 1250.0},
         "NVIDIA GB300 NVL72 datasheet (per-GPU = rack figure / 72, dense)",
         patterns=(r"gb300",),
     ),
     Accelerator(
-        "GB200", 186.0, {"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "tf32": 1250.0},
+        "GB200", 186.0, {"bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0, "fp4": 10000.0, "tf32": 1250.0},
         "NVIDIA GB200 NVL72 datasheet (180 PFLOPS FP16/BF16 dense per 72 GPUs)",
         patterns=(r"gb200",),
     ),
     Accelerator(
-        "B300", 288.0, {"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "tf32": 1100.0},
+        "B300", 288.0, {"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "fp4": 13500.0, "tf32": 1100.0},
         "NVIDIA HGX B300 datasheet (per-GPU dense figures)",
         patterns=(r"\bb300",),
     ),
     Accelerator(
-        "B200", 180.0, {"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "tf32": 1100.0},
+        "B200", 180.0, {"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "fp4": 9000.0, "tf32": 1100.0},
         "NVIDIA HGX B200 / DGX B200 datasheet (2.25 PFLOPS BF16 dense per GPU)",
         patterns=(r"\bb200",),
     ),
@@ -121,12 +121,14 @@ _PRECISION_KEYS = {
     "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16", "amp_bf16": "bf16", "bf16-mixed": "bf16",
     "fp16": "fp16", "float16": "fp16", "torch.float16": "fp16", "amp_fp16": "fp16", "16-mixed": "fp16",
     "fp8": "fp8", "mxfp8": "fp8", "amp_fp8": "fp8", "fp8-hybrid": "fp8", "nvfp8": "fp8",
+    "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
     "tf32": "tf32", "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32",
 }
 
 
 def canonical_precision(precision: str | None) -> str | None:
-    """Normalise a precision string ("torch.bfloat16", "amp_bf16", "FP8") to bf16/fp16/fp8/tf32/fp32.
+    """Normalise a precision string ("torch.bfloat16", "amp_bf16", "FP8", "NVFP4") to
+    bf16/fp16/fp8/fp4/tf32/fp32.
 
     Unknown strings are lower-cased and returned as they are (e.g. "mxfp4"); None stays None.
     """

@@ -173,3 +173,31 @@ def live_api(database, settings, monkeypatch):
         monkeypatch.setenv("SCALEBOOK_API_URL", server.url)
         monkeypatch.delenv("SCALEBOOK_TOKEN", raising=False)
         yield server.url
+
+
+def post_records(client, records: list[dict], batch: int = 500) -> tuple[int, list[dict]]:
+    """POST parser records through the API in batches (TestClient or httpx.Client); rows the API
+    rejects (422 details[].index) are set aside and the rest resent. Returns (stored, rejected)."""
+    stored, rejected = 0, []
+    for start in range(0, len(records), batch):
+        pending = records[start:start + batch]
+        while pending:
+            r = client.post("/api/v1/runs", json={"runs": pending})
+            if r.status_code in (200, 201):
+                stored += r.json()["created"]
+                break
+            assert r.status_code == 422, r.text
+            bad = {d["index"] for d in r.json()["error"]["details"]}
+            rejected += [p for i, p in enumerate(pending) if i in bad]
+            pending = [p for i, p in enumerate(pending) if i not in bad]
+    return stored, rejected
+
+
+@pytest.fixture
+def nanotron_client(client, data_dir):
+    """`client` with the Ultra-Scale Playbook nanotron sample loaded through the API."""
+    from ingest.parsers import nanotron
+
+    stored, rejected = post_records(client, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+    assert rejected == [] and stored > 0
+    return client

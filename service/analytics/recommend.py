@@ -146,8 +146,11 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
         if cand["match"] == "adapted" and _blocked_by_oom(cand, size_class, ooms):
             continue
         _attach_memory(cand, target, target_gpu, enabled=memory_check)
-        if cand["match"] == "adapted" and cand["memory"].get("fits") is False:
-            continue
+        if cand["memory"].get("fits") is False:
+            if cand["match"] == "adapted":
+                continue
+            cand["memory"]["note"] = ("the memory model predicts no fit, but this configuration ran "
+                                      "successfully: the recorded run outranks the prediction")
         out.append(cand)
         if len(out) >= k:
             break
@@ -196,8 +199,10 @@ def _adapt(g: dict[str, Any], target: Target, target_gpu: str | None, exact: boo
     seq = target.seq_len or g["seq_len"]
     mbs = g["micro_batch_size"]
     best = g["best"]
-    gbt_target = target.global_batch_tokens or best["global_batch_tokens"]
     gas = g["grad_accum_steps"]
+    # GAS hits the target global batch; without a target, the neighbour's global batch is kept
+    # (only when the neighbour reported its GAS: a batch we cannot reproduce is not invented)
+    gbt_target = target.global_batch_tokens or (best["global_batch_tokens"] if gas else None)
     if gbt_target and mbs and seq:
         gas = max(1, round(gbt_target / (dp * mbs * seq)))
     config = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero_stage": g["zero_stage"],

@@ -30,6 +30,9 @@ def heatmap(
     gpu_type: str = typer.Option(None), seq_len: int = typer.Option(None),
     global_batch_tokens: int = typer.Option(None), framework: str = typer.Option(None),
     precision: str = typer.Option(None),
+    model: str = typer.Option(None, "--model", help="only this model size class, e.g. 1.3 or 8B"),
+    max_nodes: int = typer.Option(None, "--max-nodes", help="only node counts up to this"),
+    layout: str = typer.Option("auto", help="grid | list | auto (grid when it fits the terminal)"),
     as_json: bool = typer.Option(False, "--json", help="print the API's JSON"),
 ) -> None:
     """Best config per model size class (rows, billions) × node count (columns)."""
@@ -42,12 +45,33 @@ def heatmap(
         print_json(body)
         return
     cells = body["cells"]
+    if model:
+        size = float(model.rstrip("bB"))
+        cells = [c for c in cells if abs(c["model_size_class"] - size) < 1e-9]
+    if max_nodes:
+        cells = [c for c in cells if c["nodes"] <= max_nodes]
     if not cells:
         console.print("no runs match: import some (`scalebook import …`) or relax the filters")
         return
     sizes = sorted({c["model_size_class"] for c in cells})
     nodes = sorted({c["nodes"] for c in cells})
     grid = {(c["model_size_class"], c["nodes"]): c for c in cells}
+    if layout == "list" or (layout == "auto" and 8 + 24 * len(nodes) > console.width):
+        table = Table(title=f"best {metric} per model size × nodes")
+        for col in ("model", "nodes", "best config", "MFU", "tok/s/GPU", "peak GiB", "ok/OOM/failed", "run"):
+            table.add_column(col)
+        for c in cells:
+            b = c["best"] or {}
+            mfu = _mfu(b) if b else None
+            tps = b.get("tokens_per_sec_per_gpu")
+            table.add_row(f"{c['model_size_class']:g}B", str(c["nodes"]),
+                          _label(b) if b else "[red]no success[/]",
+                          f"{100 * mfu:.1f}%" if mfu is not None else "",
+                          f"{tps:,.0f}" if tps is not None else "",
+                          f"{b['peak_memory_gib']:.1f}" if b.get("peak_memory_gib") is not None else "",
+                          f"{c['n_success']}/{c['n_oom']}/{c['n_failed']}", str(b.get("id", "")))
+        console.print(table)
+        return
     table = Table(title=f"best {metric} per model size × nodes", show_lines=True)
     table.add_column("model")
     for n in nodes:
@@ -64,10 +88,12 @@ def heatmap(
                 b = c["best"]
                 mfu = _mfu(b)
                 tps = b.get("tokens_per_sec_per_gpu")
+                mem = b.get("peak_memory_gib")
                 row.append(f"{_label(b)}\n"
                            f"{'MFU %.1f%%' % (100 * mfu) if mfu is not None else 'MFU ?'}"
-                           f"{' · %s tok/s/GPU' % format(round(tps), ',') if tps is not None else ''}\n"
-                           f"ok {c['n_success']} · OOM {c['n_oom']} · failed {c['n_failed']} · run {b['id']}")
+                           f"{' · %.1f GiB' % mem if mem is not None else ''}\n"
+                           f"{'%s tok/s/GPU' % format(round(tps), ',') if tps is not None else ''}\n"
+                           f"ok {c['n_success']} · OOM {c['n_oom']} · failed {c['n_failed']}")
         table.add_row(*row)
     console.print(table)
 

@@ -1,0 +1,1 @@
+"""Streamlit building blocks shared by several pages (filters, the "What worked?" form)."""

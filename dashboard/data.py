@@ -1,0 +1,76 @@
+"""Cached reads of the API for the pages (Streamlit's st.cache_data, short TTL).
+
+Every cached function takes the base URL and token as arguments so that two dashboards (or two
+tests) pointing at different APIs never share entries. Errors are raised, never cached.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from dashboard.api import Client, api_token, api_url
+
+#: seconds a GET answer is reused: short, so a sweep's new runs show up on the next interaction
+TTL_S = 30
+HEALTH_TTL_S = 5
+
+
+def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((k, v) for k, v in params.items() if v is not None and v != ""))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=500)
+def _cached_get(url: str, token: str | None, path: str, params: tuple[tuple[str, Any], ...]) -> Any:
+    return Client(url, token).get(path, **dict(params))
+
+
+@st.cache_data(ttl=HEALTH_TTL_S, show_spinner=False, max_entries=20)
+def _cached_health(url: str, token: str | None) -> dict[str, Any]:
+    return Client(url, token).health()
+
+
+def get(path: str, **params: Any) -> Any:
+    """GET ``/api/v1{path}`` through the cache (None parameters are dropped)."""
+    return _cached_get(api_url(), api_token(), path, _key(params))
+
+
+def get_fresh(path: str, **params: Any) -> Any:
+    """GET without the cache (after a write, or when freshness matters)."""
+    return Client().get(path, **params)
+
+
+def post(path: str, payload: Any) -> Any:
+    """POST, never cached (SQL queries, memory checks)."""
+    return Client().post(path, payload)
+
+
+def health() -> dict[str, Any]:
+    """GET /health, cached for a few seconds."""
+    return _cached_health(api_url(), api_token())
+
+
+def clear() -> None:
+    """Forget every cached answer (the Refresh button)."""
+    _cached_get.clear()
+    _cached_health.clear()
+
+
+def runs_page(limit: int = 1000, **params: Any) -> dict[str, Any]:
+    """One page of GET /runs: {"runs", "next_cursor", "total"}."""
+    return get("/runs", limit=limit, **params)
+
+
+def all_runs(max_runs: int = 20_000, page_size: int = 1000, **params: Any) -> tuple[list[dict[str, Any]], int]:
+    """Follow the cursor of GET /runs up to ``max_runs``; returns (runs, total matching)."""
+    runs: list[dict[str, Any]] = []
+    cursor = None
+    total = 0
+    while True:
+        page = get("/runs", limit=page_size, cursor=cursor, **params)
+        runs.extend(page["runs"])
+        total = page.get("total", len(runs))
+        cursor = page.get("next_cursor")
+        if not cursor or len(runs) >= max_runs:
+            return runs[:max_runs], total

@@ -1,0 +1,130 @@
+"""Failure aggregates: what breaks, at which node count, with which configuration (DESIGN §6).
+
+Inputs are the API's shapes: heatmap cells (exact success / OOM / failed counts per model size ×
+nodes) and failed runs from GET /runs?status=... pages. A failed run without an ``error_class`` is
+counted as "unclassified (<status>)" so nothing disappears from the totals.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from dashboard.logic.fmt import config_label, size_label
+
+Run = Mapping[str, Any]
+FAILED_STATUSES = ("oom", "nccl_error", "timeout", "failed")
+
+
+def failure_class(run: Run) -> str:
+    """The run's error class, or "unclassified (<status>)" when the importer could not classify it."""
+    return run.get("error_class") or f"unclassified ({run.get('status') or '?'})"
+
+
+def by_nodes(cells: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Runs, successes, OOMs, other failures and the failure rate per node count (summed over the
+    heatmap cells, so the counts are exact whatever the number of runs)."""
+    acc: dict[int, Counter] = {}
+    for c in cells:
+        counter = acc.setdefault(c["nodes"], Counter())
+        counter["success"] += c.get("n_success", 0)
+        counter["oom"] += c.get("n_oom", 0)
+        counter["failed"] += c.get("n_failed", 0)
+    rows = []
+    for nodes in sorted(acc):
+        k = acc[nodes]
+        total = k["success"] + k["oom"] + k["failed"]
+        rows.append({"nodes": nodes, "runs": total, "success": k["success"], "oom": k["oom"],
+                     "other_failed": k["failed"], "failure_rate": (k["oom"] + k["failed"]) / total if total else None})
+    return pd.DataFrame(rows, columns=["nodes", "runs", "success", "oom", "other_failed", "failure_rate"])
+
+
+def class_by_nodes(runs: Sequence[Run]) -> pd.DataFrame:
+    """Failed runs counted per node count (rows) and error class (columns), largest classes first."""
+    counts = Counter((r.get("nodes"), failure_class(r)) for r in runs if r.get("status") != "success")
+    if not counts:
+        return pd.DataFrame()
+    totals = Counter()
+    for (_, cls), n in counts.items():
+        totals[cls] += n
+    classes = [c for c, _ in totals.most_common()]
+    nodes = sorted({n for n, _ in counts}, key=lambda n: (n is None, n))
+    frame = pd.DataFrame([[counts.get((n, c), 0) for c in classes] for n in nodes],
+                         index=pd.Index(["?" if n is None else n for n in nodes], name="nodes"), columns=classes)
+    return frame
+
+
+def class_figure(table: pd.DataFrame) -> go.Figure:
+    """Stacked bars of failed runs per node count, one colour per error class."""
+    fig = go.Figure()
+    x = [str(n) for n in table.index]
+    for cls in table.columns:
+        fig.add_trace(go.Bar(x=x, y=table[cls], name=cls))
+    fig.update_layout(barmode="stack", height=360, xaxis={"title": {"text": "nodes"}, "type": "category"},
+                      yaxis={"title": {"text": "failed runs"}}, margin={"t": 30, "l": 10, "r": 10, "b": 10},
+                      legend={"title": {"text": "error class"}})
+    return fig
+
+
+def by_config(runs: Sequence[Run], limit: int = 50) -> pd.DataFrame:
+    """Failed runs grouped by model size, nodes and config label: count per status and the most
+    common error class, most failures first."""
+    groups: dict[tuple[Any, Any, str], Counter] = {}
+    classes: dict[tuple[Any, Any, str], Counter] = {}
+    for r in runs:
+        if r.get("status") == "success":
+            continue
+        key = (r.get("model_size_class"), r.get("nodes"), config_label(r))
+        groups.setdefault(key, Counter())[r.get("status")] += 1
+        classes.setdefault(key, Counter())[failure_class(r)] += 1
+    rows = []
+    for (size, nodes, label), k in groups.items():
+        rows.append({"model_size": size_label(size) if size is not None else "?", "nodes": nodes,
+                     "config": label, "failures": sum(k.values()),
+                     **{s: k.get(s, 0) for s in FAILED_STATUSES},
+                     "top_error_class": classes[(size, nodes, label)].most_common(1)[0][0]})
+    columns = ["model_size", "nodes", "config", "failures", *FAILED_STATUSES, "top_error_class"]
+    frame = pd.DataFrame(rows, columns=columns)
+    if frame.empty:
+        return frame
+    return frame.sort_values(["failures", "nodes"], ascending=[False, True]).head(limit).reset_index(drop=True)
+
+
+def dimension_failure_rates(runs: Sequence[Run], dimension: str) -> pd.DataFrame:
+    """For one config field (zero_stage, tp, micro_batch_size, …): runs, failures and the failure
+    rate per value, over the given runs (successes included)."""
+    total, failed = Counter(), Counter()
+    for r in runs:
+        value = r.get(dimension)
+        total[value] += 1
+        if r.get("status") != "success":
+            failed[value] += 1
+    rows = [{dimension: "?" if v is None else v, "runs": total[v], "failed": failed[v],
+             "failure_rate": failed[v] / total[v]} for v in sorted(total, key=_order)]
+    return pd.DataFrame(rows, columns=[dimension, "runs", "failed", "failure_rate"])
+
+
+def _order(value: Any) -> tuple:
+    numeric = isinstance(value, (int, float))
+    return (value is None, not numeric, value if numeric else str(value))
+
+
+def latest_errors(runs: Sequence[Run], limit: int = 20, width: int = 300) -> pd.DataFrame:
+    """The most recent failed runs (highest id first) with their error message cut to ``width``."""
+    failed = sorted((r for r in runs if r.get("status") != "success"), key=lambda r: -(r.get("id") or 0))[:limit]
+    rows = [{"id": r.get("id"), "started_at": r.get("started_at"), "model": r.get("model_name"),
+             "nodes": r.get("nodes"), "config": config_label(r), "status": r.get("status"),
+             "error_class": failure_class(r),
+             "error_message": _cut(r.get("error_message"), width)} for r in failed]
+    return pd.DataFrame(rows, columns=["id", "started_at", "model", "nodes", "config", "status", "error_class",
+                                       "error_message"])
+
+
+def _cut(text: str | None, width: int) -> str:
+    if not text:
+        return ""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,95 @@
+"""Labels and number formats shared by the pages (pure functions over the API's run dicts)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+Run = Mapping[str, Any]
+
+#: the parallel dimensions that open a config label, in the Playbook's order
+PARALLEL_DIMS = ("dp", "tp", "pp", "cp", "ep")
+
+
+def size_label(size_class: float | None) -> str:
+    """Model size class (billions) as a row label: 1.3 -> "1.3B", 1200 -> "1.2T"."""
+    if size_class is None:
+        return "?"
+    if size_class >= 1000:
+        return f"{size_class / 1000:g}T"
+    return f"{size_class:g}B"
+
+
+def nodes_label(nodes: int) -> str:
+    """1 -> "1 node", 4 -> "4 nodes"."""
+    return f"{nodes} node{'s' if nodes != 1 else ''}"
+
+
+def mfu_of(run: Run | None) -> float | None:
+    """The MFU to show: the server's PaLM-formula ``mfu_derived``, else the reported ``mfu``."""
+    if not run:
+        return None
+    value = run.get("mfu_derived")
+    return value if value is not None else run.get("mfu")
+
+
+def pct(fraction: float | None, digits: int = 1) -> str:
+    """0.3917 -> "39.2%"; None -> "?"."""
+    if fraction is None or (isinstance(fraction, float) and math.isnan(fraction)):
+        return "?"
+    return f"{100 * fraction:.{digits}f}%"
+
+
+def gib(value: float | None) -> str | None:
+    """25.07 -> "25.1 GiB"; None -> None (the caller leaves the line out)."""
+    return None if value is None else f"{value:.1f} GiB"
+
+
+def compact(value: float | None) -> str:
+    """Short throughput: 40149.9 -> "40.1k", 950.2 -> "950", 1.2e6 -> "1.2M"."""
+    if value is None:
+        return "?"
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:.1f}M"
+    if abs(value) >= 1e4:
+        return f"{value / 1e3:.1f}k"
+    if abs(value) >= 1e3:
+        return f"{value / 1e3:.2f}k"
+    return f"{value:.0f}"
+
+
+def config_label(cfg: Run) -> str:
+    """A run's (or a candidate config's) parallel layout, as the API's heatmap `config_label`:
+    "DP8 TP1 PP1 GAS16 Z1 MBS2" (CP/EP only when > 1, "RC:full" when recompute is set)."""
+    parts = [f"DP{cfg.get('dp') or '?'}", f"TP{cfg.get('tp') or '?'}", f"PP{cfg.get('pp') or '?'}"]
+    for dim in ("cp", "ep"):
+        if (cfg.get(dim) or 1) > 1:
+            parts.append(f"{dim.upper()}{cfg[dim]}")
+    zero = cfg.get("zero_stage")
+    parts += [f"GAS{cfg.get('grad_accum_steps') or '?'}", f"Z{zero if zero is not None else '?'}",
+              f"MBS{cfg.get('micro_batch_size') or '?'}"]
+    if cfg.get("recompute") and cfg.get("recompute") != "none":
+        parts.append(f"RC:{cfg['recompute']}")
+    return " ".join(parts)
+
+
+def split_label(label: str) -> tuple[str, str]:
+    """Split a config label into its parallel dims and the rest:
+    "DP8 TP1 PP1 GAS16 Z1 MBS2" -> ("DP8 TP1 PP1", "GAS16 Z1 MBS2")."""
+    dims, rest = [], []
+    for token in label.split():
+        is_dim = any(token.startswith(d.upper()) and token[len(d):].replace("?", "").isdigit()
+                     for d in PARALLEL_DIMS)
+        (dims if is_dim and not rest else rest).append(token)
+    return " ".join(dims), " ".join(rest)
+
+
+def run_title(run: Run) -> str:
+    """One line that names a run: "#12 nanotron-1.34B · 1 node · DP8 TP1 PP1 GAS16 Z0 MBS2 · success"."""
+    nodes = run.get("nodes")
+    return " · ".join(p for p in (
+        f"#{run.get('id')} {run.get('model_name') or run.get('name') or ''}".strip(),
+        nodes_label(nodes) if nodes else None,
+        config_label(run),
+        run.get("status"),
+    ) if p)

@@ -1,0 +1,168 @@
+"""Run tables, a run's detail grouped by topic, and the side-by-side comparison of 2–4 runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from dashboard.logic.fmt import config_label, mfu_of
+
+Run = Mapping[str, Any]
+
+#: sort choices offered by the Runs page (GET /runs `sort`; '-' = descending)
+SORT_CHOICES = {
+    "-id": "newest first",
+    "id": "oldest first",
+    "-tokens_per_sec_per_gpu": "tokens/s per GPU, high → low",
+    "-mfu_derived": "MFU (derived), high → low",
+    "-mfu": "MFU (reported), high → low",
+    "peak_memory_gib": "peak memory, low → high",
+    "-peak_memory_gib": "peak memory, high → low",
+    "nodes": "nodes, few → many",
+    "-nodes": "nodes, many → few",
+    "-started_at": "started, latest first",
+    "step_time_s": "step time, fast → slow",
+}
+STATUSES = ("success", "oom", "nccl_error", "timeout", "failed")
+
+#: the columns of the runs table, in order
+TABLE_COLUMNS = ["id", "started_at", "model_name", "size_B", "nodes", "gpu_type", "config", "status",
+                 "tokens_per_sec_per_gpu", "mfu", "peak_memory_gib", "seq_len", "global_batch_tokens",
+                 "framework", "error_class", "source"]
+
+#: the fields of a run, grouped for the detail view and the comparison (same names as the API)
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "model": ("model_name", "model_params", "model_size_class", "num_layers", "hidden_size", "num_heads",
+              "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_len"),
+    "hardware": ("gpu_type", "nodes", "gpus_per_node", "world_size"),
+    "parallelism": ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps",
+                    "global_batch_tokens", "recompute", "precision"),
+    "results": ("status", "tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu", "mfu_derived", "mfu_method",
+                "hfu", "hfu_derived", "peak_tflops", "peak_memory_gib", "reserved_memory_gib", "step_time_s",
+                "error_class", "error_message"),
+    "software": ("framework", "framework_version", "torch_version", "cuda_version", "nccl_version"),
+    "provenance": ("id", "run_key", "name", "source", "started_at", "ingested_at", "fingerprint"),
+}
+
+
+def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
+    """The runs as a table with the columns a user scans first (MFU = derived, else reported)."""
+    rows = [{
+        "id": r.get("id"), "started_at": r.get("started_at"), "model_name": r.get("model_name"),
+        "size_B": r.get("model_size_class"), "nodes": r.get("nodes"), "gpu_type": r.get("gpu_type"),
+        "config": config_label(r), "status": r.get("status"),
+        "tokens_per_sec_per_gpu": r.get("tokens_per_sec_per_gpu"), "mfu": mfu_of(r),
+        "peak_memory_gib": r.get("peak_memory_gib"), "seq_len": r.get("seq_len"),
+        "global_batch_tokens": r.get("global_batch_tokens"), "framework": r.get("framework"),
+        "error_class": r.get("error_class"), "source": r.get("source"),
+    } for r in runs]
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+
+
+def runs_csv(runs: Sequence[Run]) -> str:
+    """Every field of the runs as CSV (``extra`` as a JSON string), in the API's field names."""
+    if not runs:
+        return ""
+    columns: list[str] = []
+    for r in runs:
+        columns.extend(k for k in r if k not in columns)
+    frame = pd.DataFrame([{k: (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v)
+                           for k, v in r.items()} for r in runs], columns=columns)
+    return frame.to_csv(index=False)
+
+
+def detail_sections(run: Run) -> dict[str, pd.DataFrame]:
+    """A run's fields as one small (field, value) table per section; unset fields left out.
+    ``extra`` comes last, flattened one level."""
+    out: dict[str, pd.DataFrame] = {}
+    for section, fields in SECTIONS.items():
+        rows = [(f, _text(run.get(f))) for f in fields if run.get(f) is not None]
+        if rows:
+            out[section] = pd.DataFrame(rows, columns=["field", "value"])
+    extra = run.get("extra")
+    if isinstance(extra, dict) and extra:
+        out["extra"] = pd.DataFrame([(k, _text(v)) for k, v in sorted(extra.items())], columns=["field", "value"])
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _same(values: Iterable[Any]) -> bool:
+    vals = [None if v == "" else v for v in values]
+    first = vals[0]
+    for v in vals[1:]:
+        if isinstance(first, float) or isinstance(v, float):
+            if first is None or v is None or abs(float(first) - float(v)) > 1e-9 * max(1.0, abs(float(first))):
+                return False
+        elif v != first:
+            return False
+    return True
+
+
+def compare_runs(runs: Sequence[Run], only_differences: bool = False) -> tuple[pd.DataFrame, list[str]]:
+    """Runs side by side: one row per field (grouped by section, then ``extra.*``), one column per
+    run ("#12"). Returns the table and the fields whose values differ between the runs."""
+    fields = [f for fields in SECTIONS.values() for f in fields]
+    extras = sorted({k for r in runs if isinstance(r.get("extra"), dict) for k in r["extra"]})
+
+    def value(run: Run, name: str) -> Any:
+        if name.startswith("extra."):
+            extra = run.get("extra") if isinstance(run.get("extra"), dict) else {}
+            v = extra.get(name[len("extra."):])
+        else:
+            v = run.get(name)
+        return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+
+    names = [f for f in fields if any(r.get(f) is not None for r in runs)] + [f"extra.{k}" for k in extras]
+    names = [n for n in names if n not in ("id",)]
+    table = {n: [value(r, n) for r in runs] for n in names}
+    differing = [n for n, vals in table.items() if not _same(vals)]
+    shown = differing if only_differences else names
+    columns = [f"#{r.get('id')}" for r in runs]
+    frame = pd.DataFrame([[_cell(v) for v in table[n]] for n in shown], index=pd.Index(shown, name="field"),
+                         columns=columns)
+    return frame, differing
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else _text(value)
+
+
+DIFF_STYLE = "background-color: #fff3b0; font-weight: 600"
+
+
+def style_differences(frame: pd.DataFrame, differing: Sequence[str]):
+    """A pandas Styler that highlights the rows of ``differing`` fields (for st.dataframe)."""
+    marked = set(differing)
+    return frame.style.apply(lambda row: [DIFF_STYLE if row.name in marked else "" for _ in row], axis=1)
+
+
+def diff_markdown(frame: pd.DataFrame, differing: Sequence[str]) -> str:
+    """The comparison as a markdown table with differing rows in bold (for text-only views)."""
+    marked = set(differing)
+    head = "| field | " + " | ".join(frame.columns) + " |\n|---|" + "---|" * len(frame.columns) + "\n"
+    body = []
+    for name, row in frame.iterrows():
+        cells = [str(v).replace("|", "\\|") for v in row]
+        if name in marked:
+            body.append(f"| **{name}** | " + " | ".join(f"**{c}**" if c else "" for c in cells) + " |")
+        else:
+            body.append(f"| {name} | " + " | ".join(cells) + " |")
+    return head + "\n".join(body)
+
+
+def parse_ids(text: str) -> list[int]:
+    """"12, 15 #20" -> [12, 15, 20] (order kept, duplicates dropped, junk ignored)."""
+    out: list[int] = []
+    for token in text.replace(",", " ").replace("#", " ").split():
+        if token.isdigit() and int(token) not in out:
+            out.append(int(token))
+    return out

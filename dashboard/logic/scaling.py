@@ -1,0 +1,153 @@
+"""Scaling chart data (GET /api/v1/scaling) and GPU-planner summaries (GET /api/v1/plan).
+
+Scaling answer: ``{"model_size_class", "points": [{"nodes", "world_size", "tokens_per_sec_per_gpu",
+"aggregate_tokens_per_sec", "efficiency", "best_run_id", "config"}], "amdahl": {"serial_fraction",
+"serial_fraction_stderr", ...}}``. Amdahl's law (DESIGN §4): ``speedup(n) = 1 / (s + (1 − s) / n)``
+with n the node count relative to the smallest measured one; the fitted serial fraction s says
+where more GPUs stop paying (the speedup never exceeds 1/s).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dashboard.logic.fmt import config_label, pct
+
+Point = Mapping[str, Any]
+
+
+def amdahl_speedup(n: float, serial_fraction: float) -> float:
+    """Amdahl's speedup on ``n`` times the base resources with serial fraction ``s``."""
+    return 1.0 / (serial_fraction + (1.0 - serial_fraction) / n)
+
+
+def points_frame(points: Sequence[Point]) -> pd.DataFrame:
+    """The measured points, sorted by nodes, with the config label and efficiency filled in
+    (efficiency = per-GPU throughput relative to the smallest node count when the API omits it)."""
+    rows = sorted(points, key=lambda p: p["nodes"])
+    frame = pd.DataFrame([{
+        "nodes": p["nodes"], "world_size": p.get("world_size"),
+        "tokens_per_sec_per_gpu": p.get("tokens_per_sec_per_gpu"),
+        "aggregate_tokens_per_sec": p.get("aggregate_tokens_per_sec"),
+        "efficiency": p.get("efficiency"), "best_run_id": p.get("best_run_id"),
+        "config": config_label(p["config"]) if isinstance(p.get("config"), Mapping) else p.get("config"),
+    } for p in rows], columns=["nodes", "world_size", "tokens_per_sec_per_gpu", "aggregate_tokens_per_sec",
+                               "efficiency", "best_run_id", "config"])
+    if not frame.empty:
+        if frame["aggregate_tokens_per_sec"].isna().all() and frame["world_size"].notna().all():
+            frame["aggregate_tokens_per_sec"] = frame["tokens_per_sec_per_gpu"] * frame["world_size"]
+        if frame["efficiency"].isna().all() and frame["tokens_per_sec_per_gpu"].notna().all():
+            frame["efficiency"] = frame["tokens_per_sec_per_gpu"] / frame["tokens_per_sec_per_gpu"].iloc[0]
+    return frame
+
+
+def amdahl_curve(frame: pd.DataFrame, amdahl: Mapping[str, Any] | None, steps: int = 60) -> pd.DataFrame:
+    """The fitted curve over the measured node range: ``nodes``, ``aggregate_tokens_per_sec`` (the
+    base point's throughput × speedup) and ``efficiency`` (speedup / relative nodes). Empty when
+    there is no fit or no base point."""
+    s = (amdahl or {}).get("serial_fraction")
+    if s is None or frame.empty or pd.isna(frame["aggregate_tokens_per_sec"].iloc[0]):
+        return pd.DataFrame(columns=["nodes", "aggregate_tokens_per_sec", "efficiency"])
+    base_nodes = float(amdahl.get("base_nodes") or frame["nodes"].iloc[0])
+    base_agg = float(frame["aggregate_tokens_per_sec"].iloc[0])
+    top = float(frame["nodes"].max())
+    grid = [base_nodes + (top - base_nodes) * i / steps for i in range(steps + 1)] if top > base_nodes else [base_nodes]
+    rows = []
+    for n in grid:
+        rel = n / base_nodes
+        sp = amdahl_speedup(rel, float(s))
+        rows.append({"nodes": n, "aggregate_tokens_per_sec": base_agg * sp, "efficiency": sp / rel})
+    return pd.DataFrame(rows)
+
+
+def amdahl_summary(amdahl: Mapping[str, Any] | None) -> str:
+    """"serial fraction 0.8% ± 0.2% → speedup ≤ 125× the smallest node count" (or why no fit)."""
+    if not amdahl or amdahl.get("serial_fraction") is None:
+        reason = (amdahl or {}).get("reason") or "fewer than two node counts measured"
+        return f"no Amdahl fit ({reason})"
+    s = float(amdahl["serial_fraction"])
+    err = amdahl.get("serial_fraction_stderr")
+    text = f"serial fraction {pct(s, 2)}" + (f" ± {pct(float(err), 2)}" if err is not None else "")
+    if s > 0:
+        text += f" → speedup at most {1 / s:,.0f}× the smallest node count"
+    return text
+
+
+def figure(frame: pd.DataFrame, curve: pd.DataFrame, title: str = "") -> go.Figure:
+    """Two panels against nodes: aggregate tokens/s (measured, ideal linear, Amdahl fit) and
+    scaling efficiency (measured, Amdahl)."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("aggregate tokens/s", "scaling efficiency"))
+    if not frame.empty:
+        hover = [f"{n} nodes · {c or '?'} · run #{r}" for n, c, r in
+                 zip(frame["nodes"], frame["config"], frame["best_run_id"])]
+        fig.add_trace(go.Scatter(x=frame["nodes"], y=frame["aggregate_tokens_per_sec"], mode="markers+lines",
+                                 name="measured (best run per node count)", hovertext=hover,
+                                 marker={"size": 9, "color": "#1f77b4"}), row=1, col=1)
+        base_n, base_agg = frame["nodes"].iloc[0], frame["aggregate_tokens_per_sec"].iloc[0]
+        if pd.notna(base_agg):
+            fig.add_trace(go.Scatter(x=frame["nodes"], y=base_agg * frame["nodes"] / base_n, mode="lines",
+                                     name="ideal (linear)", line={"dash": "dot", "color": "#999999"}),
+                          row=1, col=1)
+        fig.add_trace(go.Scatter(x=frame["nodes"], y=frame["efficiency"], mode="markers+lines",
+                                 name="measured efficiency", hovertext=hover, showlegend=False,
+                                 marker={"size": 9, "color": "#1f77b4"}), row=1, col=2)
+    if not curve.empty:
+        fig.add_trace(go.Scatter(x=curve["nodes"], y=curve["aggregate_tokens_per_sec"], mode="lines",
+                                 name="Amdahl fit", line={"color": "#d62728"}), row=1, col=1)
+        fig.add_trace(go.Scatter(x=curve["nodes"], y=curve["efficiency"], mode="lines", showlegend=False,
+                                 name="Amdahl fit", line={"color": "#d62728"}), row=1, col=2)
+    fig.update_xaxes(title_text="nodes")
+    fig.update_yaxes(tickformat=".0%", row=1, col=2, rangemode="tozero")
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    fig.update_layout(height=420, title=title, margin={"t": 60, "l": 10, "r": 10, "b": 10},
+                      legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+PLAN_LABELS = {
+    "gpus": "GPUs", "nodes": "nodes", "mfu": "MFU", "mfu_source": "MFU from", "peak_tflops": "peak TFLOP/s per GPU",
+    "peak_source": "peak from", "days": "days", "tokens": "tokens", "model_params": "parameters",
+    "gpu_type": "GPU type",
+}
+
+
+def plan_rows(plan: Mapping[str, Any]) -> pd.DataFrame:
+    """The planner's answer as (quantity, value) rows, known fields first, the rest after."""
+    def show(key: str, value: Any) -> str:
+        if key == "mfu" and isinstance(value, (int, float)):
+            return pct(float(value))
+        if isinstance(value, float):
+            return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.3e}"
+        if isinstance(value, int):
+            return f"{value:,}"
+        if isinstance(value, (dict, list)):
+            import json
+
+            return json.dumps(value, sort_keys=True, default=str)
+        return str(value)
+
+    keys = [k for k in PLAN_LABELS if k in plan] + sorted(k for k in plan if k not in PLAN_LABELS)
+    return pd.DataFrame([(PLAN_LABELS.get(k, k), show(k, plan[k])) for k in keys if plan[k] is not None],
+                        columns=["quantity", "value"])
+
+
+def plan_headline(plan: Mapping[str, Any]) -> str:
+    """"≈ 379 GPUs (48 nodes) at MFU 30.0% (recorded run #12) and 720 TFLOP/s (catalog: …)"."""
+    gpus = plan.get("gpus")
+    nodes = plan.get("nodes")
+    text = f"≈ {gpus:,.0f} GPUs" if isinstance(gpus, (int, float)) else "GPUs: ?"
+    if isinstance(nodes, (int, float)):
+        text += f" ({nodes:,.0f} nodes)"
+    if plan.get("mfu") is not None:
+        text += f" at MFU {pct(float(plan['mfu']))}"
+        if plan.get("mfu_source"):
+            text += f" ({plan['mfu_source']})"
+    if plan.get("peak_tflops") is not None:
+        text += f" and {float(plan['peak_tflops']):,.0f} TFLOP/s peak"
+        if plan.get("peak_source"):
+            text += f" ({plan['peak_source']})"
+    return text

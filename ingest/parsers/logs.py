@@ -1,0 +1,411 @@
+"""Training-log parser: one nanotron / Megatron-LM / torchtitan / torchrun+Slurm log -> one run record.
+
+Standard library only. :func:`parse_log` reads a whole log (all ranks, stdout and stderr together
+is fine) and returns ONE run-record dict whose keys are those of
+:data:`ingest.record.REPORTED_FIELDS`; keys the log says nothing about are left out.
+
+Line formats understood (checked against the frameworks' own format strings):
+
+* nanotron -- ``src/nanotron/logging/base.py`` ``LoggerWriter.add_scalars_from_list`` prints the
+  line that ``src/nanotron/trainer.py`` ``DistributedTrainer.train_step_logs`` assembles::
+
+    iteration: 10 / 20 | consumed_tokens: 10.5M | elapsed_time_per_iteration_ms: 3.27K |
+    tokens_per_sec: 321K | tokens_per_sec_per_gpu: 40.1K | global_batch_size: 256 | lm_loss: 8.12 |
+    lr: 0.000285 | model_tflops_per_gpu: 387 | hardware_tflops_per_gpu: 387 | grad_norm: 1.2 ...
+
+  (values in nanotron's ``human_format``: K/M/B/T = 10^3/10^6/10^9/10^12; newer versions say
+  ``time_per_iteration_ms``), ``log_memory`` prints ``Memory usage: ..MiB. Peak allocated ..MiB.
+  Peak reserved: ..MiB``, ``DistributedTrainer.pre_training`` prints ``mbs: 2 | grad_accum: 16 |
+  ... sequence_length: 4096 | global_batch_size: 256 ...`` (global batch in samples), and the
+  trainer logs ``pformat(config)`` (``ParallelismArgs(dp=.., pp=.., tp=..``, ``LlamaConfig(...)``).
+* Megatron-LM -- ``megatron/training/training.py`` ``training_log``::
+
+    [2024-11-05 14:02:11] iteration       10/     100 | consumed samples:  1280 |
+    elapsed time per iteration (ms): 6123.4 | throughput per GPU (TFLOP/s/GPU): 292.3 |
+    learning rate: 1.500000E-05 | global batch size:   128 | lm loss: 1.162543E+01 | ...
+
+  ``megatron/training/utils.py`` ``report_memory`` prints ``[Rank 0] (after 10 iterations) memory
+  (MB) | allocated: .. | max allocated: .. | reserved: .. | max reserved: ..`` (older versions:
+  ``cached``; the "MB" are 2^20 bytes), and ``megatron/training/arguments.py`` ``_print_args``
+  prints ``  seq_length ........ 4096`` for every argument.
+* torchtitan -- ``torchtitan/components/metrics.py`` ``MetricsProcessor.log`` (formerly in
+  ``train.py``), with or without its ANSI colours::
+
+    step: 10  loss:  7.9012  grad_norm: 1.23  memory: 30.52GiB(38.62%)  tps: 5,762  tflops: 300.12  mfu: 30.35%
+
+  ``memory`` is the peak *reserved* memory and ``tps`` is tokens per second per GPU; ``train.py``
+  also logs ``Model llama3 8B size: 8,030,261,248 total parameters``, ``Building 1-D device mesh
+  with ['dp_shard'], [8]`` and ``Training starts at step 1, with local batch size 1, global batch
+  size 8, sequence length 8192, ...``.
+* torchrun / Slurm stderr: the failure is the first root cause found by
+  :func:`ingest.classify.classify_text`.
+
+Reduction rules
+* Warm-up: of ``n`` logged training records, the first ``min(3, n // 2)`` are dropped (compilation,
+  allocator warm-up and NCCL setup make them slow; Megatron's first record also averages over the
+  warm-up steps); throughput, TFLOPs, MFU and step time are the MEDIAN of the remaining records.
+* Memory: the maximum over every memory line of the log (all steps, all ranks that print one), in
+  GiB (2^30 bytes); ``MiB``/``MB`` are read as 2^20 bytes and ``GiB``/``GB`` as 2^30 bytes, as these
+  frameworks print them. torchtitan reports only reserved memory: it fills ``reserved_memory_gib``
+  and, as the only peak it prints (an upper bound of allocated memory), ``peak_memory_gib``
+  (``extra.peak_memory_is_reserved`` says so).
+* Megatron prints no tokens/s: ``tokens_per_sec_per_gpu = global batch size x seq_len / step time
+  / world_size`` when seq_len and world size are known (from its argument dump or from ``fields``).
+* Status: the root cause's status when the log shows a failure (a run may fail after logging
+  throughput: the numbers are kept), else ``success`` when training records were seen, else
+  ``failed`` with ``error_class`` ``unknown``.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any, Callable
+
+from ingest.classify import classify_text
+from ingest.record import ALIASES, REPORTED_FIELDS
+
+__all__ = ["FORMATS", "FRAMEWORK", "WARMUP_RECORDS", "detect_format", "parse_log"]
+
+#: Log formats :func:`detect_format` can return.
+FORMATS = ("nanotron", "megatron", "torchtitan", "unknown")
+#: ``framework`` value written for each format.
+FRAMEWORK = {"nanotron": "nanotron", "megatron": "megatron-lm", "torchtitan": "torchtitan"}
+#: At most this many leading training records are treated as warm-up.
+WARMUP_RECORDS = 3
+#: Longest error_message kept.
+MAX_MESSAGE = 2000
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+
+_NANOTRON_ITER = re.compile(r"\biteration: (\d+) / (\d+) \|(.*)$", re.M)
+_MEGATRON_ITER = re.compile(r"\biteration\s+(\d+)/\s*(\d+) \|(.*)$", re.M)
+_TITAN_STEP = re.compile(r"(?<!validate )(?<!validation )\bstep:\s*(\d+)\s+loss:\s*(\S+)(.*)$", re.M)
+
+_UNITS_GIB = {"kib": 2.0**-20, "kb": 2.0**-20, "mib": 2.0**-10, "mb": 2.0**-10, "gib": 1.0, "gb": 1.0}
+_HUMAN_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+
+
+def _human(value: str) -> float | None:
+    """nanotron's ``human_format`` back to a number: '3.27K' -> 3270.0, '1.87e-05' -> 1.87e-05."""
+    m = re.fullmatch(rf"\s*({_NUM})\s*([KMBGTPE]?)\s*", value)
+    return float(m.group(1)) * _HUMAN_SUFFIX[m.group(2)] if m else None
+
+
+def _number(value: str) -> float | None:
+    """'5,762' -> 5762.0, '30.35%' -> 30.35, junk -> None."""
+    m = re.fullmatch(rf"\s*({_NUM})\s*%?\s*", value.replace(",", ""))
+    return float(m.group(1)) if m else None
+
+
+def _to_gib(value: float, unit: str) -> float:
+    """Convert ``value`` in ``unit`` (MiB, MB, GiB, ...) to GiB, rounded to 4 decimals."""
+    return round(value * _UNITS_GIB[unit.lower()], 4)
+
+
+def _pairs(body: str) -> dict[str, str]:
+    """``' key: value | key2: value2 |'`` -> ``{'key': 'value', 'key2': 'value2'}``."""
+    out: dict[str, str] = {}
+    for part in body.split("|"):
+        key, sep, value = part.rpartition(":")
+        if sep and key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _max(values: list[float]) -> float | None:
+    return max(values) if values else None
+
+
+def detect_format(text: str) -> str:
+    """'nanotron', 'megatron', 'torchtitan' (whichever training-record line occurs most), or
+    'unknown' when the log has none of them (e.g. a torchrun/Slurm stderr file)."""
+    clean = _ANSI.sub("", text)
+    counts = {
+        "nanotron": len(_NANOTRON_ITER.findall(clean)),
+        "megatron": sum(1 for m in _MEGATRON_ITER.finditer(clean) if "elapsed time per iteration" in m.group(3)),
+        "torchtitan": len(_TITAN_STEP.findall(clean)),
+    }
+    best = max(counts, key=lambda k: counts[k])
+    return best if counts[best] else "unknown"
+
+
+# --- per-format extraction ---------------------------------------------------------------------
+# Each returns (records, memory, config, extra): records are dicts with any of tokens_per_sec_per_gpu,
+# tflops_per_gpu, mfu, step_time_s (+ step, and raw extras); memory has peak/reserved GiB.
+
+
+def _nanotron(text: str) -> tuple[list[dict], dict, dict, dict]:
+    records = []
+    for m in _NANOTRON_ITER.finditer(text):
+        kv = {k: _human(v) for k, v in _pairs(m.group(3)).items()}
+        ms = kv.get("elapsed_time_per_iteration_ms", kv.get("time_per_iteration_ms"))
+        records.append(
+            {
+                "step": int(m.group(1)),
+                "tokens_per_sec_per_gpu": kv.get("tokens_per_sec_per_gpu"),
+                "tflops_per_gpu": kv.get("model_tflops_per_gpu"),
+                "step_time_s": ms / 1000.0 if ms is not None else None,
+                "hardware_tflops_per_gpu": kv.get("hardware_tflops_per_gpu"),
+                "loss": kv.get("lm_loss"),
+                "max_reserved_bytes": kv.get("cuda_max_memory_reserved"),
+            }
+        )
+    unit = r"\s*([KMG]i?B)"
+    peak = [_to_gib(float(v), u) for v, u in re.findall(rf"Peak[ _]allocated:?\s*({_NUM}){unit}", text, re.I)]
+    res = [_to_gib(float(v), u) for v, u in re.findall(rf"Peak[ _]reserved:?\s*({_NUM}){unit}", text, re.I)]
+    if not res:  # iteration lines may carry cuda_max_memory_reserved in bytes (human_format)
+        res = [round(r["max_reserved_bytes"] / 2**30, 4) for r in records if r["max_reserved_bytes"]]
+    memory = {"peak": _max(peak), "reserved": _max(res)}
+
+    config: dict[str, Any] = {}
+    start = re.search(r"\bmbs: \d+ \|.*$", text, re.M)
+    if start:
+        kv = {k: _number(v) for k, v in _pairs(start.group(0)).items()}
+        mbs, gas, seq, gbs = (kv.get(k) for k in ("mbs", "grad_accum", "sequence_length", "global_batch_size"))
+        config.update(micro_batch_size=mbs, grad_accum_steps=gas, seq_len=seq)
+        if gbs and seq:
+            config["global_batch_tokens"] = gbs * seq  # nanotron's global_batch_size is in samples
+
+    def window(anchor: str, keys: dict[str, str]) -> None:
+        at = text.find(anchor)
+        if at < 0:
+            return
+        chunk = text[at : at + 6000]
+        for name, field in keys.items():
+            m = re.search(rf"\b{name}=(\d+)\b", chunk)
+            if m and field not in config:
+                config[field] = int(m.group(1))
+
+    window("ParallelismArgs(", {"dp": "dp", "pp": "pp", "tp": "tp",
+                                "context_parallel_size": "cp", "expert_parallel_size": "ep"})
+    window("OptimizerArgs(", {"zero_stage": "zero_stage"})
+    window("TokensArgs(", {"sequence_length": "seq_len", "micro_batch_size": "micro_batch_size",
+                           "batch_accumulation_per_replica": "grad_accum_steps"})
+    m = re.search(r"\b\w+Config\((?=[^)]*hidden_size=)", text)
+    if m:
+        window(m.group(0), {"hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
+                            "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
+                            "intermediate_size": "ffn_hidden_size", "vocab_size": "vocab_size"})
+    return records, memory, config, {}
+
+
+_MEGATRON_ARGS = {
+    "tensor_model_parallel_size": "tp",
+    "pipeline_model_parallel_size": "pp",
+    "context_parallel_size": "cp",
+    "expert_model_parallel_size": "ep",
+    "data_parallel_size": "dp",
+    "world_size": "world_size",
+    "micro_batch_size": "micro_batch_size",
+    "seq_length": "seq_len",
+    "num_layers": "num_layers",
+    "hidden_size": "hidden_size",
+    "num_attention_heads": "num_heads",
+    "ffn_hidden_size": "ffn_hidden_size",
+    "padded_vocab_size": "vocab_size",
+}
+
+
+def _megatron(text: str) -> tuple[list[dict], dict, dict, dict]:
+    args = dict(re.findall(r"(?m)\b([a-z_][a-z0-9_]*) \.{3,} (\S[^\n]*?)\s*$", text))
+    config: dict[str, Any] = {}
+    for name, field in _MEGATRON_ARGS.items():
+        if re.fullmatch(r"\d+", args.get(name, "")):
+            config[field] = int(args[name])
+    if args.get("num_query_groups", "").isdigit() and args.get("group_query_attention") == "True":
+        config["num_kv_heads"] = int(args["num_query_groups"])
+    elif args.get("group_query_attention") == "False" and "num_heads" in config:
+        config["num_kv_heads"] = config["num_heads"]
+    if args.get("recompute_granularity") in ("None", "selective", "full"):
+        config["recompute"] = {"None": "none"}.get(args["recompute_granularity"], args["recompute_granularity"])
+    if args.get("fp8") not in (None, "None"):
+        config["precision"] = "fp8"
+    elif args.get("bf16") == "True":
+        config["precision"] = "bf16"
+    elif args.get("fp16") == "True":
+        config["precision"] = "fp16"
+    if args.get("use_distributed_optimizer") in ("True", "False"):
+        config["zero_stage"] = 1 if args["use_distributed_optimizer"] == "True" else 0
+    gbs_arg = args.get("global_batch_size", "")
+    if gbs_arg.isdigit() and "seq_len" in config:
+        config["global_batch_tokens"] = int(gbs_arg) * config["seq_len"]
+    if gbs_arg.isdigit() and {"micro_batch_size", "dp"} <= config.keys():
+        gas, rem = divmod(int(gbs_arg), config["micro_batch_size"] * config["dp"])
+        if gas and not rem:
+            config["grad_accum_steps"] = gas
+
+    records = []
+    for m in _MEGATRON_ITER.finditer(text):
+        kv = _pairs(m.group(3))
+        if "elapsed time per iteration (ms)" not in kv:
+            continue
+        ms = _number(kv["elapsed time per iteration (ms)"])
+        records.append(
+            {
+                "step": int(m.group(1)),
+                "tflops_per_gpu": _number(kv.get("throughput per GPU (TFLOP/s/GPU)", "")),
+                "step_time_s": ms / 1000.0 if ms is not None else None,
+                "global_batch_size": _number(kv.get("global batch size", "")),
+                "loss": _number(kv.get("lm loss", "")),
+            }
+        )
+    mem = re.findall(
+        rf"memory \(MB\) \| allocated: ({_NUM}) \| max allocated: ({_NUM}) \| "
+        rf"(?:reserved|cached): ({_NUM}) \| max (?:reserved|cached): ({_NUM})",
+        text,
+    )
+    memory = {
+        "peak": _max([_to_gib(float(m[1]), "MiB") for m in mem]),
+        "reserved": _max([_to_gib(float(m[3]), "MiB") for m in mem]),
+    }
+    return records, memory, config, {}
+
+
+def _torchtitan(text: str) -> tuple[list[dict], dict, dict, dict]:
+    records, reserved = [], []
+    for m in _TITAN_STEP.finditer(text):
+        rest = m.group(3)
+
+        def grab(pattern: str) -> float | None:
+            hit = re.search(pattern, rest)
+            return _number(hit.group(1)) if hit else None
+
+        mem = re.search(rf"memory:\s*({_NUM})\s*(GiB|GB|MiB)", rest)
+        if mem:
+            reserved.append(_to_gib(float(mem.group(1)), mem.group(2)))
+        mfu = grab(rf"mfu:\s*({_NUM})%")
+        step_time = grab(rf"elapsed_time_per_step:\s*({_NUM})s")
+        records.append(
+            {
+                "step": int(m.group(1)),
+                "tokens_per_sec_per_gpu": grab(r"tps:\s*([\d,]+(?:\.\d+)?)"),
+                "tflops_per_gpu": grab(r"tflops:\s*([\d,]+(?:\.\d+)?)"),
+                "mfu": mfu / 100.0 if mfu is not None else None,
+                "step_time_s": step_time,
+                "loss": _number(m.group(2)),
+            }
+        )
+    config: dict[str, Any] = {}
+    m = re.search(r"size:\s*([\d,]+) total parameters", text)
+    if m:
+        config["model_params"] = int(m.group(1).replace(",", ""))
+    m = re.search(r"sequence length (\d+)", text)
+    if m:
+        config["seq_len"] = int(m.group(1))
+        g = re.search(r"global batch size (\d+)", text)
+        if g:
+            config["global_batch_tokens"] = int(g.group(1)) * config["seq_len"]
+    m = re.search(r"Building \d+-D device mesh with \[([^\]]*)\], \[([\d,\s]*)\]", text)
+    if m:
+        names = re.findall(r"'(\w+)'", m.group(1))
+        sizes = [int(s) for s in re.findall(r"\d+", m.group(2))]
+        dims = dict(zip(names, sizes))
+        dp = dims.get("dp", 1) * dims.get("dp_shard", 1) * dims.get("dp_replicate", 1)
+        for name in ("tp", "pp", "cp"):
+            if name in dims:
+                config[name] = dims[name]
+        config["dp"] = dp
+        world = 1
+        for size in sizes:
+            world *= size
+        config["world_size"] = world
+    memory = {"peak": _max(reserved), "reserved": _max(reserved)}
+    extra = {"peak_memory_is_reserved": True} if reserved else {}
+    return records, memory, config, extra
+
+
+_EXTRACTORS: dict[str, Callable[[str], tuple[list[dict], dict, dict, dict]]] = {
+    "nanotron": _nanotron,
+    "megatron": _megatron,
+    "torchtitan": _torchtitan,
+}
+
+
+# --- assembling the record ---------------------------------------------------------------------
+
+
+def _normalise_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """Map accepted aliases (``mbs`` -> ``micro_batch_size``) and refuse unknown field names."""
+    out = {}
+    for key, value in fields.items():
+        name = ALIASES.get(key, key)
+        if name not in REPORTED_FIELDS:
+            raise ValueError(f"unknown run field {key!r}")
+        out[name] = value
+    return out
+
+
+def _median(records: list[dict], key: str) -> float | None:
+    """Median of ``key`` over ``records`` (6 significant digits), None when no record has it."""
+    values = [r[key] for r in records if r.get(key) is not None]
+    return float(f"{statistics.median(values):.6g}") if values else None
+
+
+def parse_log(text: str, **fields: Any) -> dict[str, Any]:
+    """One run record from one training log; ``fields`` (user-supplied run fields, aliases
+    accepted) override what the log says. See the module docstring for the rules."""
+    user = _normalise_fields(fields)
+    clean = _ANSI.sub("", text)
+    fmt = detect_format(clean)
+    record: dict[str, Any] = {"source": "log"}
+    extra: dict[str, Any] = {"log_format": fmt}
+    records: list[dict] = []
+    if fmt in _EXTRACTORS:
+        record["framework"] = FRAMEWORK[fmt]
+        records, memory, config, fmt_extra = _EXTRACTORS[fmt](clean)
+        record.update({k: (int(v) if isinstance(v, float) and v.is_integer() else v)
+                       for k, v in config.items() if v is not None})
+        extra.update(fmt_extra)
+        if memory["peak"] is not None:
+            record["peak_memory_gib"] = memory["peak"]
+        if memory["reserved"] is not None:
+            record["reserved_memory_gib"] = memory["reserved"]
+
+    skip = min(WARMUP_RECORDS, len(records) // 2)
+    steady = records[skip:]
+    if fmt == "megatron":
+        seq = user.get("seq_len", record.get("seq_len"))
+        world = user.get("world_size", record.get("world_size"))
+        if world is None and user.get("nodes") and user.get("gpus_per_node"):
+            world = user["nodes"] * user["gpus_per_node"]
+        for r in records:
+            if seq and world and r["step_time_s"] and r["global_batch_size"]:
+                r["tokens_per_sec_per_gpu"] = r["global_batch_size"] * seq / r["step_time_s"] / world
+    for key in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu", "step_time_s"):
+        value = _median(steady, key)
+        if value is not None:
+            record[key] = value
+    hardware_tflops = _median(steady, "hardware_tflops_per_gpu")  # nanotron's HFU numerator
+    if hardware_tflops is not None:
+        extra["hardware_tflops_per_gpu"] = hardware_tflops
+    if records:
+        extra.update(
+            records_logged=len(records),
+            warmup_records_skipped=skip,
+            first_step=records[0]["step"],
+            last_step=records[-1]["step"],
+        )
+        loss = [r["loss"] for r in records if r.get("loss") is not None]
+        if loss:
+            extra["last_loss"] = loss[-1]
+    throughput_seen = any(record.get(k) is not None for k in ("tokens_per_sec_per_gpu", "tflops_per_gpu"))
+
+    failure = classify_text(clean)
+    if failure.error_class is not None:
+        record["status"] = failure.status
+        record["error_class"] = failure.error_class
+        record["error_message"] = (failure.line or "")[:MAX_MESSAGE]
+        extra["error_line_no"] = failure.line_no
+    elif throughput_seen:
+        record["status"] = "success"
+    else:
+        record["status"] = "failed"
+        record["error_class"] = "unknown"
+        record["error_message"] = "no training throughput lines and no recognised failure in the log"
+
+    user_extra = user.pop("extra", None)
+    record.update(user)
+    record["extra"] = {**extra, **(user_extra or {})}
+    return record

@@ -1,0 +1,423 @@
+"""Per-GPU peak memory model: does a parallel training configuration fit on its GPUs?
+
+Units: bytes inside, GiB (2**30 bytes) in every public number. Sources (cited again at each formula):
+
+- [UP]   Ultra-Scale Playbook, "Memory usage in Transformers" and "ZeRO" sections
+         (https://huggingface.co/spaces/nanotron/ultrascale-playbook): mixed precision keeps bf16
+         params 2Ψ, bf16 grads 2Ψ, fp32 master weights 4Ψ, Adam moments 8Ψ (+4Ψ fp32 grad buffer).
+- [ZeRO] Rajbhandari et al. 2019, arXiv 1910.02054, §5: stage 1 shards optimizer states (with the
+         fp32 master copy) over DP, stage 2 also gradients, stage 3 also parameters.
+- [K22]  Korthikanti et al. 2022, arXiv 2205.05198, §4: activations per layer s·b·h·(34 + 5·a·s/h)
+         bytes; with tensor + sequence parallelism all of it is divided by t; selective recompute
+         drops the 5·a·s/h attention-core term; full recompute keeps only the 2·s·b·h layer input.
+         FlashAttention (Dao et al. 2022, arXiv 2205.14135) never materialises the s×s scores, so
+         the 5·a·s/h term is absent without any recompute.
+- [NT]   nanotron source (huggingface/nanotron): FP32GradientAccumulator (optim/gradient_accumulator.py:
+         full fp32 grad buffer even under ZeRO-1, fp32 master weights sharded by ZeRO),
+         _ShardedCrossEntropy (parallel/tensor_parallel/functional.py), build_model's cost-balanced
+         pipeline split (models/base.py), OneForwardOneBackwardPipelineEngine, and trainer.py's
+         log_memory(), which calls torch.cuda.reset_peak_memory_stats() after the forward/backward
+         pass: the bench CSV's "Mem Alloc (GB)" is therefore the peak of the *post-backward* phase
+         (grad sync + optimizer step), not the step peak. `optimizer_step_gib` predicts that figure.
+- [1F1B] Narayanan et al. 2021, arXiv 2104.04473, §2.2: with 1F1B, stage r of p keeps at most p−r
+         micro-batches of activations in flight (the first stage p).
+
+Calibration and hold-out checks: bench/memory_accuracy.py on the Ultra-Scale Playbook sweep sample.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.hardware import canonical_precision, lookup
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryConstants:
+    """The model's few physical constants (GiB unless stated). bench/memory_accuracy.py refits
+    `fragmentation` on subsets of the sweep to show it transfers (hold-out by node count).
+
+    cuda_context_nccl_gib: memory the PyTorch allocator never sees — CUDA context and kernel
+        images (~0.5 GiB on H100, CUDA 12), cuBLAS workspaces and NCCL communicator buffers
+        (several communicators × channels × 4 MiB NCCL_BUFFSIZE; NVLS adds more).
+    framework_misc_gib: small allocator-resident tensors besides the model (rotary tables, the
+        batch, losses): the residual of the sweep's post-backward memory, 0.06–0.08 GiB.
+    fragmentation: reserved/allocated factor of memory allocated and freed within a step
+        (activations, logits, transient buffers; persistent model states are allocated once and
+        do not fragment), so that the prediction is a reserved-memory figure. Measured, not fitted
+        to OOM labels: on the sweep's 141 successful runs with >= 2 GiB of transients,
+        (Mem Res - predicted persistent) / predicted transient has median 1.44 (quartiles 1.23
+        and 1.57); the median is the same on 1-node rows and on 2-4-node rows.
+    usable_fraction: of the catalog memory (GiB-as-marketed): an "80 GB" H100 has 79.6 GiB and
+        the driver keeps some; 0.98 leaves ~78.4 GiB.
+    logits_bytes_per_vocab: bytes per token per (vocab/TP) entry at the loss peak — nanotron
+        casts the bf16 logits to an fp32 copy and _ShardedCrossEntropy subtracts the max into a
+        second fp32 tensor (exp/softmax then in place): 4 + 4 = 8.
+    """
+
+    cuda_context_nccl_gib: float = 2.0
+    framework_misc_gib: float = 0.07
+    fragmentation: float = 1.44
+    usable_fraction: float = 0.98
+    logits_bytes_per_vocab: float = 8.0
+
+
+DEFAULT_CONSTANTS = MemoryConstants()
+_BF16 = 2
+_FP32 = 4
+
+
+@dataclass
+class MemoryEstimate:
+    """Predicted per-GPU peak memory of one training step (all numbers GiB = 2**30 bytes).
+
+    predicted_peak_memory_gib: peak over pipeline stages and step phases, including what the
+        allocator never sees (CUDA context, NCCL) and allocator fragmentation, so that it compares
+        with the GPU's total memory; breakdown: GiB per component at that peak (sums to it);
+        gpu_memory_gib: catalog or given; usable_memory_gib = gpu_memory_gib × usable_fraction;
+        fits: predicted ≤ usable (None when the GPU memory is unknown); assumptions: defaults used.
+    Detail: peak_stage ("only", "first", "last", "stage k"), peak_phase ("forward_backward" or
+    "optimizer_step"), stage_peaks_gib and stage_breakdowns per pipeline stage, and
+    optimizer_step_gib: allocated memory on the first stage (global rank 0) during the
+    post-backward phase — what nanotron's bench CSV logs as "Mem Alloc (GB)" [NT].
+    """
+
+    predicted_peak_memory_gib: float
+    gpu_memory_gib: float | None
+    fits: bool | None
+    breakdown: dict[str, float]
+    assumptions: list[str]
+    usable_memory_gib: float | None = None
+    peak_stage: str = "only"
+    peak_phase: str = "forward_backward"
+    stage_peaks_gib: dict[str, float] = field(default_factory=dict)
+    stage_breakdowns: dict[str, dict[str, float]] = field(default_factory=dict)
+    optimizer_step_gib: float = 0.0
+
+
+#: breakdown keys, in display order
+COMPONENTS = ("params", "grads", "fp32_grad_accum", "master_weights", "optimizer_states",
+              "activations", "logits_loss", "communication_buffers", "framework_overhead",
+              "allocator_fragmentation", "cuda_context_nccl")
+
+
+def _get(run: dict, key: str) -> Any:
+    value = run.get(key)
+    if value is None and isinstance(run.get("extra"), dict):
+        value = run["extra"].get(key)
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _pos_int(run: dict, key: str) -> int | None:
+    value = _get(run, key)
+    if value is None or value == "":
+        return None
+    try:
+        number = int(float(value))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{key}: not a number: {value!r}") from exc
+    if number <= 0:
+        raise ValueError(f"{key}: must be positive, got {value!r}")
+    return number
+
+
+def _flag(run: dict, key: str) -> bool | None:
+    value = _get(run, key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "y", "t")
+    return bool(value)
+
+
+@dataclass
+class _Model:
+    h: int
+    layers: int
+    heads: int
+    kv: int
+    ffn: int
+    vocab: int
+    tied: bool
+
+    @property
+    def head_dim(self) -> int:
+        return self.h // self.heads
+
+    def layer_params(self) -> int:
+        """Llama block: q,o (h·h each), k,v (h·kv·d each), SwiGLU gate/up/down (3·h·ffn), 2 RMSNorms."""
+        qd, kvd = self.heads * self.head_dim, self.kv * self.head_dim
+        return 2 * self.h * qd + 2 * self.h * kvd + 3 * self.h * self.ffn + 2 * self.h
+
+    def total_params(self) -> int:
+        emb = self.vocab * self.h * (1 if self.tied else 2)
+        return self.layers * self.layer_params() + emb + self.h
+
+
+def _resolve_model(run: dict, notes: list[str]) -> _Model:
+    """Model dims from the record; missing ones inferred from model_params (noted in `notes`)."""
+    n = _pos_int(run, "model_params")
+    h, layers = _pos_int(run, "hidden_size"), _pos_int(run, "num_layers")
+    vocab = _pos_int(run, "vocab_size")
+    if vocab is None:
+        vocab = 128256
+        notes.append("vocab_size=128256 (Llama-3 tokenizer; conservative for the logits term)")
+    tied = _flag(run, "tie_word_embeddings")
+    if tied is None:
+        # small models usually tie (Llama-3.2 1B/3B, SmolLM, Qwen2.5 <= 3B), large ones do not
+        tied = n is not None and n <= 4e9
+        notes.append(f"tie_word_embeddings={tied} (not reported; small models usually tie)")
+    if h is None or layers is None:
+        if n is None:
+            missing = "hidden_size" if h is None else "num_layers"
+            raise ValueError(f"model_params: required when {missing} is missing (cannot size the model)")
+        emb = vocab * (1 if tied else 2)
+        if h is None and layers is not None:   # N ≈ 12·L·h² + emb·h  [UP]: ~12h² params per block
+            a, b = 12 * layers, emb
+            h = int(round((-b + math.sqrt(b * b + 4 * a * n)) / (2 * a) / 128)) * 128 or 128
+            notes.append(f"hidden_size={h} inferred from model_params and num_layers (12·L·h² + V·h)")
+        elif h is not None:
+            layers = max(1, round((n - emb * h) / (12 * h * h)))
+            notes.append(f"num_layers={layers} inferred from model_params and hidden_size (12·L·h² + V·h)")
+        else:  # Llama-family aspect ratio h ≈ 128·L (1B: 2048/16, 8B: 4096/32, 405B: 16384/126)
+            layers = max(1, round((n / (12 * 128 * 128)) ** (1 / 3)))
+            h = 128 * layers
+            notes.append(f"num_layers={layers}, hidden_size={h} inferred from model_params (h ≈ 128·L)")
+    heads = _pos_int(run, "num_heads")
+    if heads is None:
+        heads = max(1, h // 128)
+        notes.append(f"num_heads={heads} (head_dim 128)")
+    kv = _pos_int(run, "num_kv_heads")
+    if kv is None:
+        kv = heads
+        notes.append("num_kv_heads=num_heads (no GQA)")
+    ffn = _pos_int(run, "ffn_hidden_size")
+    model = _Model(h, layers, heads, kv, 0, vocab, tied)
+    if ffn is None:
+        if n is not None:  # solve N = L·(attn + 3·h·ffn + 2h) + emb + h for ffn, round to 256
+            rest = (n - model.total_params()) / layers
+            ffn = max(256, int(round(rest / (3 * h) / 256)) * 256)
+            notes.append(f"ffn_hidden_size={ffn} inferred from model_params")
+        else:
+            ffn = int(math.ceil(8 * h / 3 / 256)) * 256
+            notes.append(f"ffn_hidden_size={ffn} (SwiGLU 8h/3)")
+    model.ffn = ffn
+    if n is not None and abs(model.total_params() - n) > 0.05 * n:
+        notes.append(f"dims give {model.total_params():,} params vs model_params {n:,}; dims used")
+    return model
+
+
+def _stage_layers(model: _Model, pp: int, balanced: bool) -> list[int]:
+    """Decoder layers per pipeline stage.
+
+    balanced (nanotron build_model [NT]): blocks are walked in order, the lm_head counts V·h
+    against a layer's 4·a·d·h + 3·ffn·h, and a stage is closed once the cumulative cost reaches
+    its share cost·(r+1)/pp — which reproduces the sweep's "Local Params" (10/5/3 first-stage layers
+    for pp 2/4/8 on the 1.34B model). Otherwise Megatron-style uniform split.
+    """
+    if pp == 1:
+        return [model.layers]
+    if not balanced:
+        base, extra_layers = divmod(model.layers, pp)
+        return [base + (1 if r < extra_layers else 0) for r in range(pp)]
+    c = 4 * model.heads * model.head_dim * model.h + 3 * model.ffn * model.h
+    total = model.layers * c + model.vocab * model.h
+    counts, rank, cum = [0] * pp, 0, 0
+    for _ in range(model.layers):
+        cum += c
+        counts[rank] += 1
+        if rank < pp - 1 and cum >= total * (rank + 1) / pp:
+            rank += 1
+    return counts
+
+
+def _activation_bytes_per_token(model: _Model, seq: int, tp: int, sp: bool, recompute: str,
+                                flash: bool) -> tuple[float, float]:
+    """(bytes kept per token per layer, bytes of one layer's full activations per token), one GPU.
+
+    [K22] §4.1 derivation applied to a Llama block (RMSNorm, GQA, SwiGLU, no dropout), bf16:
+      replicated across TP unless sequence parallel: 2 norm inputs + 2 column-linear inputs = 8h;
+      TP-sharded: q,k,v 2(q_dim + 2·kv_dim), attention output 2·q_dim, SwiGLU gate/up output 4·ffn,
+      silu(gate) 2·ffn, product 2·ffn (down-proj input); without FlashAttention + 5·a·s (K22's
+      5as/h term × h). For GPT's 4h-GeLU block the same bookkeeping gives K22's 34h.
+    selective: also recompute the attention core and the SwiGLU elementwise outputs (−4·ffn);
+    full: keep only the layer input 2h (K22 "full recompute"), recompute one layer at a time.
+    """
+    h, qd, kvd, f = model.h, model.heads * model.head_dim, model.kv * model.head_dim, model.ffn
+    replicated = 8 * h
+    sharded = 2 * (qd + 2 * kvd) + 2 * qd + 8 * f
+    core = 0 if flash else 5 * model.heads * seq
+    full_layer = (replicated / tp if sp else replicated) + (sharded + core) / tp
+    if recompute == "full":
+        kept = 2 * h / tp if sp else 2 * h
+    elif recompute == "selective":
+        kept = (replicated / tp if sp else replicated) + (sharded - 4 * f) / tp
+    else:
+        kept = full_layer
+    return kept, full_layer
+
+
+def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
+                    constants: MemoryConstants = DEFAULT_CONSTANTS) -> MemoryEstimate:
+    """Predict the per-GPU peak memory of a training step from run-record fields (DESIGN §2).
+
+    `run` may carry model dims, parallelism (dp, tp, pp, cp, ep, zero_stage), micro_batch_size,
+    grad_accum_steps, seq_len, recompute, precision, gpu_type, framework and `extra` (tp_mode,
+    accumulate_grad_in_fp32, tie_word_embeddings, pp_engine, sequence_parallel, flash_attention).
+    gpu_memory_gib defaults to the hardware catalog's memory for run["gpu_type"].
+    Raises ValueError naming the field when the estimate is impossible.
+    """
+    notes: list[str] = []
+    model = _resolve_model(run, notes)
+    seq = _pos_int(run, "seq_len")
+    if seq is None:
+        raise ValueError("seq_len: required to size activations")
+    dp, tp, pp, cp, ep = (_pos_int(run, k) or 1 for k in ("dp", "tp", "pp", "cp", "ep"))
+    notes += [f"{k}=1" for k in ("dp", "tp", "pp") if _get(run, k) is None]
+    if ep > 1:
+        notes.append("ep ignored: dense model assumed (MoE experts not modelled)")
+    zero = _get(run, "zero_stage")
+    zero = 0 if zero in (None, "") else int(float(zero))
+    if not 0 <= zero <= 3:
+        raise ValueError(f"zero_stage: must be 0-3, got {zero}")
+    mbs = _pos_int(run, "micro_batch_size")
+    if mbs is None:
+        mbs = 1
+        notes.append("micro_batch_size=1")
+    gas = _pos_int(run, "grad_accum_steps")
+    if gas is None:
+        gas = pp
+        notes.append("grad_accum_steps>=pp (pipeline fully filled)")
+    recompute = str(_get(run, "recompute") or "none").strip().lower()
+    if recompute not in ("none", "selective", "full"):
+        raise ValueError(f"recompute: must be none/selective/full, got {recompute!r}")
+    precision = canonical_precision(_get(run, "precision")) or "bf16"
+    if _get(run, "precision") is None:
+        notes.append("precision=bf16 mixed precision")
+    framework = str(_get(run, "framework") or "").lower()
+    nanotron = framework in ("", "nanotron") or "nanotron" in framework
+    if not framework:
+        notes.append("framework=nanotron (its ZeRO all-gather staging and DDP buckets counted)")
+    fp32_accum = _flag(run, "accumulate_grad_in_fp32")
+    if fp32_accum is None:
+        fp32_accum = True
+        notes.append("accumulate_grad_in_fp32=True (nanotron/Megatron default)")
+    tp_mode = str(_get(run, "tp_mode") or "").upper()
+    sp_flag = _flag(run, "sequence_parallel")
+    if sp_flag is None and tp_mode:
+        sp_flag = tp_mode in ("REDUCE_SCATTER", "SP")  # nanotron: REDUCE_SCATTER = sequence parallel
+    if sp_flag is None and tp > 1:
+        notes.append("sequence parallelism on with TP (nanotron tp_mode REDUCE_SCATTER)")
+    sp = tp > 1 and sp_flag is not False
+    flash = _flag(run, "flash_attention") is not False
+    engine = str(_get(run, "pp_engine") or "1f1b").lower().replace("_", "")
+    afab = "afab" in engine or "allforwardallbackward" in engine
+
+    # --- bytes per local parameter [UP] [ZeRO], nanotron specifics [NT] ----------------------
+    p_bytes, master = (_FP32, 0) if precision == "fp32" else (_BF16, _FP32)
+    if precision == "fp8":
+        notes.append("fp8 counted as bf16 weights + fp32 master (fp8 weight caches not counted)")
+    shard = dp * cp  # ZeRO / distributed optimizer shards over the DP×CP group (Megatron-Core)
+    zdiv = lambda stage: shard if zero >= stage else 1  # noqa: E731
+    per_param = {
+        "params": p_bytes / zdiv(3),
+        # fp32 grad buffer for the whole model (nanotron keeps it unsharded under ZeRO-1 [NT]);
+        # bf16 .grad tensors then exist only at the end of each backward pass (transient)
+        "fp32_grad_accum": _FP32 / zdiv(2) if fp32_accum else 0.0,
+        "grads": 0.0 if fp32_accum else p_bytes / zdiv(2),
+        "master_weights": master / zdiv(1),
+        "optimizer_states": 2 * _FP32 / zdiv(1),  # Adam first and second moments, fp32 [UP]
+    }
+    # nanotron adds the bf16 .grad tensors into the fp32 buffer only after loss.backward()
+    # returns (FP32GradientAccumulator.backward [NT]): 2Ψ bf16 grads alive at the end of each
+    # backward. Under DDP (ZeRO-0, DP > 1) they are views of DDP's persistent bf16 buckets.
+    # Megatron-style frameworks accumulate into main_grad inside the backward hooks (no transient).
+    transient_grad = p_bytes / zdiv(2) if (nanotron and fp32_accum) else 0.0
+    if nanotron and fp32_accum and zero == 0 and shard > 1:
+        per_param["grads"], transient_grad = p_bytes, 0.0
+    # nanotron ZeRO all_gather_coalesced of the updated params during the optimizer step: flat
+    # input Ψ/N plus flat output and its unflatten copy 2Ψ, in bf16 -> 4Ψ + 2Ψ/N bytes [NT];
+    # the sweep's ZeRO-1 rows measure 10Ψ + 14Ψ/N = (2 + 4 + 4) + (12 + 2)/N bytes
+    staging = 2 * p_bytes + p_bytes / shard if (nanotron and zero >= 1 and shard > 1) else 0.0
+    if zero == 3:  # gathered bf16 weights of the current and the prefetched layer [ZeRO §5.3]
+        staging = 0.0
+
+    # --- per pipeline stage ------------------------------------------------------------------
+    layer_split = _stage_layers(model, pp, balanced=nanotron)
+    kept, full_layer = _activation_bytes_per_token(model, seq, tp, sp, recompute, flash)
+    tokens_mb = mbs * seq / cp            # tokens of one micro-batch on one GPU (CP splits s)
+    emb_params = model.vocab * model.h / tp  # vocab-parallel embedding / lm_head [K22 §3]
+    layer_local = (model.layer_params() - 2 * model.h) / tp + 2 * model.h  # norms replicated
+    # nanotron keeps MemoryBuffer all-gather buffers (2 × bf16 s·b·h) once TP > 1 with SP [NT]
+    tp_buffer = 2 * _BF16 * tokens_mb * model.h if (sp and nanotron) else 0.0
+    if zero == 3:
+        tp_buffer += 2 * p_bytes * layer_local
+    c = constants
+    stages: dict[str, tuple[float, dict[str, float], str]] = {}
+    opt_first = 0.0
+    for r, n_layers in enumerate(layer_split):
+        first, last = r == 0, r == pp - 1
+        params = n_layers * layer_local + (emb_params if first else 0.0)
+        if last:  # final norm; untied lm_head, or nanotron's tied copy on the last PP stage
+            params += model.h + (emb_params if (pp > 1 or not model.tied) else 0.0)
+        persistent = {k: v * params for k, v in per_param.items()}
+        persistent["framework_overhead"] = c.framework_misc_gib * GIB
+        in_flight = gas if afab else min(pp - r, gas)  # [1F1B]: stage r holds ≤ pp−r micro-batches
+        act_mb = kept * n_layers * tokens_mb
+        recomputed = (full_layer - kept) * tokens_mb if n_layers else 0.0  # one layer rebuilt
+        logits = c.logits_bytes_per_vocab * model.vocab / tp * tokens_mb if last else 0.0
+        phases = {  # transient memory at the three candidate peak moments
+            # loss of the newest micro-batch: all in-flight activations + logits [K22][NT]
+            "forward_backward": {"activations": in_flight * act_mb + recomputed,
+                                 "logits_loss": logits, "communication_buffers": tp_buffer},
+            # end of a backward: its bf16 grads alive, one micro-batch fewer in flight
+            "backward_end": {"activations": max(0, in_flight - 1) * act_mb,
+                             "transient_grads": transient_grad * params,
+                             "communication_buffers": tp_buffer},
+            "optimizer_step": {"communication_buffers": tp_buffer + staging * params},
+        }
+        best = None
+        for phase, transient in phases.items():
+            dynamic = sum(transient.values())
+            parts = dict(persistent)
+            parts["grads"] += transient.pop("transient_grads", 0.0)
+            parts.update(transient)
+            parts["allocator_fragmentation"] = (c.fragmentation - 1.0) * dynamic
+            parts["cuda_context_nccl"] = c.cuda_context_nccl_gib * GIB
+            total = sum(parts.values())
+            if best is None or total > best[0]:
+                best = (total, parts, "optimizer_step" if phase == "optimizer_step" else "forward_backward")
+            if first and phase == "optimizer_step":
+                opt_first = total - parts["allocator_fragmentation"] - parts["cuda_context_nccl"]
+        name = "only" if pp == 1 else "first" if first else "last" if last else f"stage {r}"
+        stages[name] = best
+
+    peak_stage = max(stages, key=lambda k: stages[k][0])
+    _, parts, phase = stages[peak_stage]
+    breakdown = {k: parts.get(k, 0.0) / GIB for k in COMPONENTS}
+    predicted = sum(breakdown.values())
+    if gpu_memory_gib is None:
+        acc = lookup(_get(run, "gpu_type"))
+        gpu_memory_gib = acc.memory_gib if acc else None
+        if acc is None:
+            notes.append("gpu memory unknown (gpu_type not in the catalog): fits not decided")
+    usable = gpu_memory_gib * c.usable_fraction if gpu_memory_gib is not None else None
+    return MemoryEstimate(
+        predicted_peak_memory_gib=predicted,
+        gpu_memory_gib=gpu_memory_gib,
+        fits=None if usable is None else predicted <= usable,
+        breakdown=breakdown,
+        assumptions=notes,
+        usable_memory_gib=usable,
+        peak_stage=peak_stage,
+        peak_phase=phase,
+        stage_peaks_gib={k: v[0] / GIB for k, v in stages.items()},
+        stage_breakdowns={k: {n: v[1].get(n, 0.0) / GIB for n in COMPONENTS} for k, v in stages.items()},
+        optimizer_step_gib=opt_first / GIB,
+    )

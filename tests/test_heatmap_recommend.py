@@ -1,0 +1,124 @@
+"""Heatmap and recommendation on the imported nanotron sample, on both backends. Expected
+answers are computed straight from the CSV with the csv module, not from our code."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+
+import pytest
+
+
+def sample_rows(data_dir):
+    with open(data_dir / "nanotron" / "bench_sample.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def expected_cells(data_dir):
+    """{nodes: (best successful row by tok/s/gpu, counts)} from the raw CSV."""
+    cells = defaultdict(lambda: {"best": None, "Success": 0, "OOM": 0, "Other": 0})
+    for row in sample_rows(data_dir):
+        cell = cells[int(float(row["nodes"]))]
+        cell[row["status"]] += 1
+        if row["status"] == "Success" and (cell["best"] is None
+                                           or float(row["tok/s/gpu"]) > float(cell["best"]["tok/s/gpu"])):
+            cell["best"] = row
+    return dict(cells)
+
+
+def test_heatmap_best_per_cell_matches_csv(nanotron_client, data_dir):
+    body = nanotron_client.get("/api/v1/heatmap").json()
+    expected = expected_cells(data_dir)
+    cells = {(c["model_size_class"], c["nodes"]): c for c in body["cells"]}
+    assert set(cells) == {(1.3, n) for n in expected}  # 1.34G → size class 1.3 (2 significant figures)
+    for nodes, exp in expected.items():
+        cell = cells[(1.3, nodes)]
+        best = cell["best"]
+        assert best["name"] == exp["best"]["name"]
+        assert best["tokens_per_sec_per_gpu"] == pytest.approx(float(exp["best"]["tok/s/gpu"]))
+        assert (cell["n_success"], cell["n_oom"], cell["n_failed"]) == (exp["Success"], exp["OOM"], exp["Other"])
+        row = exp["best"]
+        assert cell["config_label"].startswith(f"DP{row['dp']} TP{row['tp']} PP{row['pp']}")
+        assert f"GAS{int(float(row['batch_accum']))} Z{row['zero_stage']} MBS{row['mbs']}" in cell["config_label"]
+
+
+def test_heatmap_mfu_metric_picks_highest_derived_mfu(nanotron_client):
+    cells = nanotron_client.get("/api/v1/heatmap", params={"metric": "mfu"}).json()["cells"]
+    for cell in cells:
+        runs = nanotron_client.get("/api/v1/heatmap/cell", params={
+            "model_size_class": cell["model_size_class"], "nodes": cell["nodes"], "metric": "mfu"}).json()["runs"]
+        best_mfu = max(r["mfu_derived"] for r in runs if r["status"] == "success")
+        assert cell["best"]["mfu_derived"] == pytest.approx(best_mfu)
+        assert runs[0]["id"] == cell["best"]["id"]  # drill-down lists the cell best first
+
+
+def test_failure_only_cell_is_reported_not_empty(nanotron_client):
+    ooms = [{"model_params": 80_000_000_000, "nodes": 2, "gpus_per_node": 8, "tp": 8, "status": "oom",
+             "error_class": "oom_gpu", "run_key": f"oom{i}"} for i in range(3)]
+    ooms.append({"model_params": 80_000_000_000, "nodes": 2, "gpus_per_node": 8, "tp": 8, "status": "nccl_error",
+                 "error_class": "collective_timeout", "run_key": "nccl"})
+    assert nanotron_client.post("/api/v1/runs", json={"runs": ooms}).status_code == 201
+    cell = next(c for c in nanotron_client.get("/api/v1/heatmap").json()["cells"]
+                if c["model_size_class"] == 80 and c["nodes"] == 2)
+    assert cell["best"] is None and cell["config_label"] is None
+    assert (cell["n_success"], cell["n_oom"], cell["n_failed"]) == (0, 3, 1)
+
+
+def test_heatmap_filters(nanotron_client):
+    assert nanotron_client.get("/api/v1/heatmap", params={"gpu_type": "A100"}).json()["cells"] == []
+    assert len(nanotron_client.get("/api/v1/heatmap", params={"gpu_type": "h100"}).json()["cells"]) == 3
+    assert nanotron_client.get("/api/v1/heatmap", params={"seq_len": 2048}).json()["cells"] == []
+    assert nanotron_client.get("/api/v1/heatmap", params={"metric": "bogus"}).status_code == 422
+
+
+def test_recommend_exact_cell_answers_with_recorded_best(nanotron_client, data_dir):
+    best = expected_cells(data_dir)[2]["best"]
+    body = nanotron_client.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": 2}).json()
+    first = body["candidates"][0]
+    assert first["match"] == "exact" and first["distance"] == 0
+    cfg = first["config"]
+    assert (cfg["dp"], cfg["tp"], cfg["pp"], cfg["zero_stage"], cfg["micro_batch_size"], cfg["grad_accum_steps"]) == (
+        int(best["dp"]), int(best["tp"]), int(best["pp"]), int(best["zero_stage"]), int(best["mbs"]),
+        int(float(best["batch_accum"])))
+    assert first["metrics"]["tokens_per_sec_per_gpu"] == pytest.approx(float(best["tok/s/gpu"]))
+    assert first["evidence"]["best_run_id"] in first["evidence"]["source_run_ids"]
+    values = [c["metrics"]["tokens_per_sec_per_gpu"] for c in body["candidates"] if c["match"] == "exact"]
+    assert values == sorted(values, reverse=True) and len(values) == 5
+
+
+def test_recommend_unrecorded_node_count_adapts_neighbours(nanotron_client, data_dir):
+    body = nanotron_client.get("/api/v1/recommend", params={
+        "model_params": "1.34B", "nodes": 8, "global_batch_tokens": 1_048_576, "k": 10}).json()
+    cands = body["candidates"]
+    assert cands, "neighbours at 1-4 nodes must be adapted to 8 nodes"
+    rows = sample_rows(data_dir)
+    ooms = [r for r in rows if r["status"] == "OOM"]
+    for c in cands:
+        cfg = c["config"]
+        assert c["match"] == "adapted" and c["distance"] > 0
+        assert cfg["dp"] * cfg["tp"] * cfg["pp"] * cfg["cp"] == 64
+        assert cfg["dp"] * cfg["micro_batch_size"] * cfg["grad_accum_steps"] * 4096 == pytest.approx(1_048_576, rel=0.5)
+        assert c["memory"]["fits"] is True
+        # never a config that a recorded OOM with the same or more sharding already ruled out
+        for o in ooms:
+            same_mp = (int(o["tp"]), int(o["pp"])) == (cfg["tp"], cfg["pp"])
+            more_sharded = int(o["zero_stage"]) >= cfg["zero_stage"] and (cfg["zero_stage"] == 0 or int(o["dp"]) >= cfg["dp"])
+            assert not (same_mp and more_sharded and int(o["mbs"]) <= cfg["micro_batch_size"]), (c, o["name"])
+    distances = [c["distance"] for c in cands]
+    assert distances == sorted(distances)
+
+
+def test_recommend_bad_target(nanotron_client):
+    r = nanotron_client.get("/api/v1/recommend", params={"model_params": "eight", "nodes": 2})
+    assert r.status_code == 400
+    assert r.json()["error"]["details"][0] == {"index": None, "field": "model_params", "value": "eight",
+                                               "message": "unparseable size"} or \
+        r.json()["error"]["details"][0]["field"] == "model_params"
+
+
+@pytest.mark.parametrize("text, expected", [("8B", 8e9), ("1.34B", 1.34e9), ("8e9", 8e9), ("470", 470e9),
+                                            ("70b", 70e9), ("125M", 125e6), (8030261248, 8030261248)])
+def test_parse_model_params(text, expected):
+    from service.analytics.recommend import parse_model_params
+
+    assert parse_model_params(text) == int(expected)

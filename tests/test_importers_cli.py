@@ -1,0 +1,141 @@
+"""`scalebook import nanotron|table` and `scalebook push` against a live API, on both backends:
+every file in the shared data, stored/rejected counts, the rejects file, and re-runs that store
+nothing new. Expected rejects are computed from the CSV independently of our parsers."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from service.cli import app
+
+runner = CliRunner()
+
+
+def cli_json(*args) -> dict:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def data_rows(path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def expected_table_rejects(rows) -> int:
+    """Rows whose published TP·PP·CP·DP differs from the published GPU count (the invariant the
+    server enforces), computed from the raw columns (blank TP/PP/CP = 1)."""
+    bad = 0
+    for r in rows:
+        if r["num_gpus"] and r["dp"]:
+            product = int(r["dp"])
+            for k in ("tp", "pp", "cp"):
+                product *= int(r[k] or 1)
+            bad += product != int(r["num_gpus"])
+    return bad
+
+
+def published_files(data_dir):
+    files = sorted((data_dir / "published").glob("*.csv"))
+    assert len(files) >= 10
+    return files
+
+
+def test_import_every_published_table_twice(live_api, data_dir, tmp_path):
+    total_stored = 0
+    for path in published_files(data_dir):
+        rows = data_rows(path)
+        rejects = tmp_path / f"{path.stem}.rejects.csv"
+        first = cli_json("import", "table", str(path), "--rejects", str(rejects))
+        want_rejected = expected_table_rejects(rows)
+        assert first["read"] == len(rows), path.name
+        assert first["rejected"] == want_rejected, path.name
+        assert first["stored"] == len(rows) - want_rejected, path.name
+        if want_rejected:
+            with open(rejects, newline="") as fh:
+                written = list(csv.DictReader(fh))
+            assert len(written) == want_rejected
+            assert all("world_size" in r["reason"] and r["row"] for r in written)
+        else:
+            assert not rejects.exists()
+        again = cli_json("import", "table", str(path), "--rejects", str(rejects))
+        assert (again["stored"], again["already_present"]) == (0, first["stored"]), path.name
+        total_stored += first["stored"]
+    health = runner.invoke(app, ["heatmap", "--json"])
+    assert health.exit_code == 0
+    import httpx
+
+    assert httpx.get(f"{live_api}/api/v1/runs", params={"limit": 1}).json()["total"] == total_stored
+
+
+def test_import_nanotron_sample_twice(live_api, data_dir, tmp_path):
+    path = data_dir / "nanotron" / "bench_sample.csv"
+    rows = data_rows(path)
+    first = cli_json("import", "nanotron", str(path), "--rejects", str(tmp_path / "r.csv"))
+    assert first == {**first, "read": len(rows), "stored": len(rows), "rejected": 0, "already_present": 0}
+    again = cli_json("import", "nanotron", str(path))
+    assert (again["stored"], again["already_present"]) == (0, len(rows))
+    import httpx
+
+    statuses = {s: httpx.get(f"{live_api}/api/v1/runs", params={"status": s, "limit": 1}).json()["total"]
+                for s in ("success", "oom", "failed")}
+    want = {"success": sum(r["status"] == "Success" for r in rows), "oom": sum(r["status"] == "OOM" for r in rows),
+            "failed": sum(r["status"] == "Other" for r in rows)}
+    assert statuses == want
+
+
+def test_import_nanotron_rejects_bad_rows(live_api, data_dir, tmp_path):
+    src = data_rows(data_dir / "nanotron" / "bench_sample.csv")[:5]
+    src[1]["tok/s/gpu"] = "12x"          # unparseable: rejected by the parser
+    src[2]["zero_stage"] = "7"           # no such ZeRO stage: rejected by the server
+    path = tmp_path / "bench.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(src[0]))
+        w.writeheader()
+        w.writerows(src)
+    rejects = tmp_path / "bench.rejects.csv"
+    summary = cli_json("import", "nanotron", str(path), "--rejects", str(rejects))
+    assert (summary["read"], summary["stored"], summary["rejected"]) == (5, 3, 2)
+    with open(rejects, newline="") as fh:
+        reasons = [r["reason"] for r in csv.DictReader(fh)]
+    assert any("tok/s/gpu" in r and "12x" in r for r in reasons)
+    assert any("zero_stage" in r for r in reasons)
+
+
+def test_push_json_and_jsonl(live_api, tmp_path):
+    good = {"run_key": "push-1", "model_params": 1_340_000_000, "nodes": 1, "gpus_per_node": 8, "dp": 8,
+            "status": "success", "tokens_per_sec_per_gpu": 40000.0, "gpu_type": "H100-SXM-80GB"}
+    jsonl = tmp_path / "runs.jsonl"
+    jsonl.write_text("\n".join([json.dumps(good), "{not json", json.dumps({**good, "run_key": "push-2", "dp": 5})]))
+    rejects = tmp_path / "runs.rejects.csv"
+    summary = cli_json("push", str(jsonl), "--rejects", str(rejects))
+    assert (summary["read"], summary["stored"], summary["rejected"]) == (3, 1, 2)
+    assert rejects.exists()
+    doc = tmp_path / "runs.json"
+    doc.write_text(json.dumps({"runs": [good, {**good, "run_key": "push-3"}]}))
+    summary = cli_json("push", str(doc))
+    assert (summary["stored"], summary["already_present"]) == (1, 1)
+
+
+def test_cli_recommend_and_heatmap_tables(live_api, data_dir):
+    cli_json("import", "nanotron", str(data_dir / "nanotron" / "bench_sample.csv"))
+    rows = [r for r in data_rows(data_dir / "nanotron" / "bench_sample.csv")
+            if r["status"] == "Success" and float(r["nodes"]) == 2]
+    best = max(rows, key=lambda r: float(r["tok/s/gpu"]))
+    label = f"DP{best['dp']} TP{best['tp']} PP{best['pp']}"
+    out = runner.invoke(app, ["recommend", "--model", "1.34B", "--nodes", "2"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert "exact" in out.stdout and label in out.stdout
+    grid = runner.invoke(app, ["heatmap"], env={"COLUMNS": "200"})
+    assert grid.exit_code == 0 and label in grid.stdout and "1.3B" in grid.stdout
+
+
+def test_cli_reports_unreachable_api(monkeypatch):
+    monkeypatch.setenv("SCALEBOOK_API_URL", "http://127.0.0.1:9")
+    out = runner.invoke(app, ["heatmap"])
+    assert out.exit_code != 0
+    assert "cannot reach the scalebook API" in out.output
