@@ -33,8 +33,8 @@ rule that matches; the order *is* the precedence, most specific first:
    the labelled data, the watchdog's generic "Exception (either an error or timeout) detected by
    watchdog" line counts as a timeout too);
 10. NCCL ``WARN`` details without a result code: ``Cuda failure`` -> unhandled CUDA error; ibverbs,
-    shared-memory and host-allocation failures -> system error; "Duplicate GPU detected" -> invalid
-    usage;
+    shared-memory and host-allocation failures -> system error; "Duplicate GPU detected" and
+    mismatched collectives ("collective mismatch", "message truncated") -> invalid usage;
 11. ``nccl_remote_error`` for "Connection reset by peer" (the labelled data's convention: a reset
     means the peer process went away), then ``nccl_network_error`` (NET/IB, NET/OFI, NET/Socket,
     socket recv/send failures, "Connection closed by remote peer", broken pipe, ...);
@@ -212,6 +212,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"Timed out after \d+ seconds waiting for (?:workers|clients)",
             r"wait timeout after \d+ ?ms, keys:",
             r"connection to the C10d store has failed",
+            r"\bSocket Timeout\b",
             flags=_I,
         ),
     ),
@@ -279,6 +280,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "nccl_invalid_usage_or_internal",
         _rx(
             r"Duplicate GPU detected",
+            r"collective mismatch|message truncated",  # mismatched collectives across ranks
             r"NCCL WARN.*\binvalid (?:rank|root|communicator|comm|device|datatype|type|op|usage)\b",
             flags=_I,
         ),
@@ -287,7 +289,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "nccl_network_error",
         _rx(
-            r"NET/IB\s*:.*(?:error|fail|Got completion|Async event)",
+            r"NET/IB\s*:.*(?:error|fail|Got completion)",
             r"NET/OFI\b.*(?:error|fail)",
             r"NET/Socket\s*:.*(?:error|fail|closed)",
             r"Socket (?:recv|send) failed",

@@ -139,6 +139,10 @@ VARIANTS: dict[str, list[str]] = {
         "node-3:512:512 [1] init.cc:735 NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000",
         "torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/torch/csrc/distributed/c10d/"
         "NCCLUtils.hpp:317, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3",
+        "n1:1:2 [3] transport/net_ib.cc:1049 NCCL WARN NET/IB : req 0/1 tag 7 peer 10.0.0.1<1234> collective "
+        "mismatch error, local size 4194304 remote size 2097152",
+        "n2:3:4 [1] transport/net_socket.cc:434 NCCL WARN NET/Socket : peer 10.0.0.2<41234> message truncated : "
+        "receiving 1048576 bytes instead of 65536",
     ],
     "oom_gpu": [
         "[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
@@ -204,6 +208,7 @@ VARIANTS: dict[str, list[str]] = {
         "reset by peer",
         "[E socket.cpp:957] [c10d] The client socket has timed out after 1800s while trying to connect to "
         "(10.0.3.5, 29500).",
+        "RuntimeError: Socket Timeout",
     ],
     "scheduler_time_limit": [
         "slurmstepd: error: *** JOB 1932211 ON gpu-q-07 CANCELLED AT 2025-06-01T23:59:59 DUE TO TIME LIMIT ***",
@@ -265,6 +270,7 @@ NOT_ERRORS = [
     "node-1:100:200 [0] NCCL INFO Call to connect returned Connection refused, retrying",
     "gpu-st-p5-002:91822:92310 [5] NCCL INFO transport/net.cc:1298 -> 6",
     "NCCL version 2.21.5+cuda12.4",
+    "gpu-12:77:301 [0] transport/net_ib.cc:1083 NCCL WARN NET/IB : mlx5_0:1 Got async event : GID table change",
     # benign NCCL WARN: plugin discovery and retries
     "gpu-st-p5-002:91822:92001 [5] NCCL WARN NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",
     "node-7:4412:4412 [0] NCCL WARN NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",

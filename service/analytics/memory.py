@@ -164,10 +164,7 @@ def _resolve_model(run: dict, notes: list[str]) -> _Model:
     """Model dims from the record; missing ones inferred from model_params (noted in `notes`)."""
     n = _pos_int(run, "model_params")
     h, layers = _pos_int(run, "hidden_size"), _pos_int(run, "num_layers")
-    vocab = _pos_int(run, "vocab_size")
-    if vocab is None:
-        vocab = 128256
-        notes.append("vocab_size=128256 (Llama-3 tokenizer; conservative for the logits term)")
+    vocab = _pos_int(run, "vocab_size") or notes.append("vocab_size=128256 (Llama-3 tokenizer)") or 128256
     tied = _flag(run, "tie_word_embeddings")
     if tied is None:
         # small models usually tie (Llama-3.2 1B/3B, SmolLM, Qwen2.5 <= 3B), large ones do not
@@ -189,14 +186,9 @@ def _resolve_model(run: dict, notes: list[str]) -> _Model:
             layers = max(1, round((n / (12 * 128 * 128)) ** (1 / 3)))
             h = 128 * layers
             notes.append(f"num_layers={layers}, hidden_size={h} inferred from model_params (h ≈ 128·L)")
-    heads = _pos_int(run, "num_heads")
-    if heads is None:
-        heads = max(1, h // 128)
-        notes.append(f"num_heads={heads} (head_dim 128)")
-    kv = _pos_int(run, "num_kv_heads")
-    if kv is None:
-        kv = heads
-        notes.append("num_kv_heads=num_heads (no GQA)")
+    heads = _pos_int(run, "num_heads") or notes.append(f"num_heads={max(1, h // 128)} (head_dim 128)") \
+        or max(1, h // 128)
+    kv = _pos_int(run, "num_kv_heads") or notes.append("num_kv_heads=num_heads (no GQA)") or heads
     ffn = _pos_int(run, "ffn_hidden_size")
     model = _Model(h, layers, heads, kv, 0, vocab, tied)
     if ffn is None:
@@ -245,7 +237,7 @@ def _activation_bytes_per_token(model: _Model, seq: int, tp: int, sp: bool, reco
       replicated across TP unless sequence parallel: 2 norm inputs + 2 column-linear inputs = 8h;
       TP-sharded: q,k,v 2(q_dim + 2·kv_dim), attention output 2·q_dim, SwiGLU gate/up output 4·ffn,
       silu(gate) 2·ffn, product 2·ffn (down-proj input); without FlashAttention + 5·a·s (K22's
-      5as/h term × h). For GPT's 4h-GeLU block the same bookkeeping gives K22's 34h.
+      5as/h term × h). For GPT's 4h-GeLU block (+ two 1-byte dropout masks) this gives K22's 34h.
     selective: also recompute the attention core and the SwiGLU elementwise outputs (−4·ffn);
     full: keep only the layer input 2h (K22 "full recompute"), recompute one layer at a time.
     """
@@ -283,18 +275,16 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
     if ep > 1:
         notes.append("ep ignored: dense model assumed (MoE experts not modelled)")
     zero = _get(run, "zero_stage")
-    zero = 0 if zero in (None, "") else int(float(zero))
+    try:
+        zero = 0 if zero in (None, "") else int(float(zero))
+    except (TypeError, ValueError):
+        raise ValueError(f"zero_stage: not a number: {zero!r}") from None
     if not 0 <= zero <= 3:
         raise ValueError(f"zero_stage: must be 0-3, got {zero}")
-    mbs = _pos_int(run, "micro_batch_size")
-    if mbs is None:
-        mbs = 1
-        notes.append("micro_batch_size=1")
-    gas = _pos_int(run, "grad_accum_steps")
-    if gas is None:
-        gas = pp
-        notes.append("grad_accum_steps>=pp (pipeline fully filled)")
-    recompute = str(_get(run, "recompute") or "none").strip().lower()
+    mbs = _pos_int(run, "micro_batch_size") or notes.append("micro_batch_size=1") or 1
+    gas = _pos_int(run, "grad_accum_steps") or notes.append("grad_accum_steps>=pp (pipeline filled)") or pp
+    recompute = _get(run, "recompute") or ("full" if _flag(run, "recompute_layer") else "none")
+    recompute = str(recompute).strip().lower()  # nanotron's recompute_layer = full recompute
     if recompute not in ("none", "selective", "full"):
         raise ValueError(f"recompute: must be none/selective/full, got {recompute!r}")
     precision = canonical_precision(_get(run, "precision")) or "bf16"
@@ -304,7 +294,7 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
     nanotron = framework in ("", "nanotron") or "nanotron" in framework
     if not framework:
         notes.append("framework=nanotron (its ZeRO all-gather staging and DDP buckets counted)")
-    fp32_accum = _flag(run, "accumulate_grad_in_fp32")
+    fp32_accum = False if precision == "fp32" else _flag(run, "accumulate_grad_in_fp32")
     if fp32_accum is None:
         fp32_accum = True
         notes.append("accumulate_grad_in_fp32=True (nanotron/Megatron default)")
@@ -344,9 +334,7 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
     # nanotron ZeRO all_gather_coalesced of the updated params during the optimizer step: flat
     # input Ψ/N plus flat output and its unflatten copy 2Ψ, in bf16 -> 4Ψ + 2Ψ/N bytes [NT];
     # the sweep's ZeRO-1 rows measure 10Ψ + 14Ψ/N = (2 + 4 + 4) + (12 + 2)/N bytes
-    staging = 2 * p_bytes + p_bytes / shard if (nanotron and zero >= 1 and shard > 1) else 0.0
-    if zero == 3:  # gathered bf16 weights of the current and the prefetched layer [ZeRO §5.3]
-        staging = 0.0
+    staging = 2 * p_bytes + p_bytes / shard if (nanotron and zero in (1, 2) and shard > 1) else 0.0
 
     # --- per pipeline stage ------------------------------------------------------------------
     layer_split = _stage_layers(model, pp, balanced=nanotron)
@@ -354,10 +342,10 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
     tokens_mb = mbs * seq / cp            # tokens of one micro-batch on one GPU (CP splits s)
     emb_params = model.vocab * model.h / tp  # vocab-parallel embedding / lm_head [K22 §3]
     layer_local = (model.layer_params() - 2 * model.h) / tp + 2 * model.h  # norms replicated
-    # nanotron keeps MemoryBuffer all-gather buffers (2 × bf16 s·b·h) once TP > 1 with SP [NT]
-    tp_buffer = 2 * _BF16 * tokens_mb * model.h if (sp and nanotron) else 0.0
-    if zero == 3:
-        tp_buffer += 2 * p_bytes * layer_local
+    # nanotron keeps MemoryBuffer all-gather buffers (2 × bf16 s·b·h) once TP > 1 with SP [NT];
+    # ZeRO-3 gathers the weights of the current and the prefetched layer [ZeRO §5.3]
+    comm = 2 * _BF16 * tokens_mb * model.h if (sp and nanotron) else 0.0
+    comm += 2 * p_bytes * layer_local if zero == 3 else 0.0
     c = constants
     stages: dict[str, tuple[float, dict[str, float], str]] = {}
     opt_first = 0.0
@@ -375,12 +363,12 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
         phases = {  # transient memory at the three candidate peak moments
             # loss of the newest micro-batch: all in-flight activations + logits [K22][NT]
             "forward_backward": {"activations": in_flight * act_mb + recomputed,
-                                 "logits_loss": logits, "communication_buffers": tp_buffer},
+                                 "logits_loss": logits, "communication_buffers": comm},
             # end of a backward: its bf16 grads alive, one micro-batch fewer in flight
             "backward_end": {"activations": max(0, in_flight - 1) * act_mb,
                              "transient_grads": transient_grad * params,
-                             "communication_buffers": tp_buffer},
-            "optimizer_step": {"communication_buffers": tp_buffer + staging * params},
+                             "communication_buffers": comm},
+            "optimizer_step": {"communication_buffers": comm + staging * params},
         }
         best = None
         for phase, transient in phases.items():

@@ -1,0 +1,128 @@
+"""Streamlit helpers shared by the pages: API status and errors, filters, downloads.
+
+Every page starts with :func:`require_api`, which shows where the dashboard reads from and stops
+the page with a clear message when the API is down, refuses our token, or has no runs yet.
+API calls inside a page go through :func:`api_errors` so a failure is an ``st.error`` with the
+API's own message, never a traceback.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from datetime import date
+from typing import Any, Callable, Iterator
+
+import streamlit as st
+
+from dashboard import data
+from dashboard.api import ApiDown, ApiError, Unauthorized, api_url
+from dashboard.logic import options as opt
+
+EMPTY_DB = ("The database has no runs yet. Import some through the API, e.g. "
+            "`scalebook import nanotron FILE` (a nanotron bench CSV such as the Ultra-Scale Playbook sweep), "
+            "`scalebook import table FILE` (a published results table) or `scalebook push FILE` (JSON/JSONL "
+            "records); `scalebook up` starts everything with the example data.")
+
+
+def show_error(exc: Exception) -> None:
+    """Render an API failure as a clear, actionable message."""
+    if isinstance(exc, ApiDown):
+        st.error(f"**API not reachable.** {exc}", icon="🔌")
+    elif isinstance(exc, Unauthorized):
+        st.error(f"**Not authorised.** {exc}", icon="🔒")
+    elif isinstance(exc, ApiError):
+        details = "; ".join(d.get("message", str(d)) for d in exc.details[:5] if isinstance(d, dict))
+        st.error(f"**The API answered {exc.status} ({exc.code}):** {exc.message}"
+                 + (f"\n\n{details}" if details and details != exc.message else ""), icon="⚠️")
+    else:  # pragma: no cover - defensive
+        st.error(f"unexpected error: {exc}")
+
+
+@contextmanager
+def api_errors(stop: bool = True) -> Iterator[None]:
+    """Turn API exceptions raised in the block into :func:`show_error`; stop the page unless told."""
+    try:
+        yield
+    except (ApiDown, Unauthorized, ApiError) as exc:
+        show_error(exc)
+        if stop:
+            st.stop()
+
+
+def require_api(need_runs: bool = True) -> dict[str, Any]:
+    """Check the API (GET /health) and our token; show the status in the sidebar.
+
+    Stops the page with st.error when the API is down or refuses the token, and with st.info
+    (how to import data) when ``need_runs`` and the database is empty. Returns the health body.
+    """
+    with api_errors():
+        health = data.health()
+    with st.sidebar:
+        st.caption(f"API {api_url()} · {health.get('backend', '?')} · {health.get('runs', 0):,} runs")
+        if st.button("↻ Refresh data", key="refresh_data", help="forget cached answers (they live 30 s)"):
+            data.clear()
+            st.rerun()
+    with api_errors():  # /health needs no token: check ours on a read endpoint
+        data.get("/runs", limit=1)
+    if need_runs and not health.get("runs"):
+        st.info(EMPTY_DB, icon="📭")
+        st.stop()
+    return health
+
+
+def call(fn: Callable[..., Any], *args: Any, spinner: str | None = None, **kwargs: Any) -> Any:
+    """Run an API call under :func:`api_errors` (and a spinner when given); stops on failure."""
+    with api_errors():
+        if spinner:
+            with st.spinner(spinner):
+                return fn(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+
+def load_options() -> dict[str, list[Any]]:
+    """Filter choices from the data: the newest 1,000 runs plus every heatmap cell's best run."""
+    with api_errors():
+        page = data.get("/runs", limit=1000, sort="-id")
+        cells = data.get("/heatmap").get("cells", [])
+    return opt.options(opt.collect_runs(page.get("runs", []), cells))
+
+
+def choice(label: str, values: list[Any], key: str, fmt: Callable[[Any], str] = str, any_label: str = "any",
+           bind: bool = True, help: str | None = None) -> Any:
+    """A select box of ``values`` with a first "any" entry (returned as None)."""
+    options = [None, *values]
+    return st.selectbox(label, options, key=key, help=help,
+                        format_func=lambda v: any_label if v is None else fmt(v),
+                        bind="query-params" if bind else None)
+
+
+def heatmap_filters(options: dict[str, list[Any]], prefix: str = "hm") -> dict[str, Any]:
+    """The heatmap filters (DESIGN §4) in the sidebar; returns the API query parameters."""
+    with st.sidebar:
+        st.subheader("Filters")
+        params = {
+            "gpu_type": choice("GPU type", options.get("gpu_type", []), f"{prefix}_gpu"),
+            "seq_len": choice("Sequence length", options.get("seq_len", []), f"{prefix}_seq", fmt=lambda v: f"{v:,}"),
+            "global_batch_tokens": choice("Global batch (tokens)", options.get("global_batch_tokens", []),
+                                          f"{prefix}_gbt", fmt=lambda v: f"{v:,}"),
+            "framework": choice("Framework", options.get("framework", []), f"{prefix}_fw"),
+            "precision": choice("Precision", options.get("precision", []), f"{prefix}_prec"),
+        }
+        params.update(date_range(options.get("dates", []), prefix))
+    return params
+
+
+def date_range(bounds: list[date], prefix: str) -> dict[str, str | None]:
+    """"Started from / until" date pickers (empty = open end) → started_after / started_before."""
+    lo, hi = (bounds[0], bounds[-1]) if bounds else (None, None)
+    help_text = f"runs recorded {lo} … {hi}" if lo else "no run has a start time"
+    c1, c2 = st.columns(2)
+    after = c1.date_input("Started from", value=None, key=f"{prefix}_after", help=help_text)
+    before = c2.date_input("until", value=None, key=f"{prefix}_before", help="inclusive")
+    return opt.date_bounds(after, before)
+
+
+def csv_download(label: str, csv_text: str | Callable[[], str], file_name: str, key: str) -> None:
+    """A CSV download button (``csv_text`` may be a callable, then built only when clicked)."""
+    st.download_button(label, data=csv_text, file_name=file_name, mime="text/csv", key=key, icon="⬇️",
+                       on_click="ignore")

@@ -1,0 +1,79 @@
+"""POST /api/v1/memory: predicted peak memory per GPU for a config, and whether it fits."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fastapi import APIRouter
+
+from service.analytics.memory import estimate_memory
+from service.api.security import READ
+from service.errors import ValidationFailed
+from service.schemas import ErrorBody
+
+router = APIRouter(tags=["analytics"])
+
+
+class MemoryRequest(BaseModel):
+    """Run-record fields that size memory. Give model_params or the dims (num_layers,
+    hidden_size, num_heads, vocab_size …); seq_len and micro_batch_size size the activations."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    model_params: int | None = Field(default=None, ge=1)
+    num_layers: int | None = Field(default=None, ge=1)
+    hidden_size: int | None = Field(default=None, ge=1)
+    num_heads: int | None = Field(default=None, ge=1)
+    num_kv_heads: int | None = Field(default=None, ge=1)
+    ffn_hidden_size: int | None = Field(default=None, ge=1)
+    vocab_size: int | None = Field(default=None, ge=1)
+    seq_len: int | None = Field(default=None, ge=1)
+    dp: int = Field(default=1, ge=1)
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    cp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    zero_stage: int = Field(default=0, ge=0, le=3)
+    micro_batch_size: int = Field(default=1, ge=1)
+    grad_accum_steps: int | None = Field(default=None, ge=1)
+    recompute: Literal["none", "selective", "full"] = "none"
+    precision: str = Field(default="bf16", max_length=32)
+    gpu_type: str | None = Field(default=None, max_length=100)
+    gpu_memory_gib: float | None = Field(default=None, gt=0, description="overrides the catalog's memory")
+    extra: dict[str, Any] | None = Field(default=None, description="e.g. accumulate_grad_in_fp32, tp_mode")
+
+
+class MemoryAnswer(BaseModel):
+    predicted_peak_memory_gib: float
+    gpu_memory_gib: float | None
+    usable_memory_gib: float | None
+    fits: bool | None
+    breakdown: dict[str, float]
+    assumptions: list[str]
+    peak_stage: str
+    peak_phase: str
+
+
+@router.post("/memory", response_model=MemoryAnswer, responses={422: {"model": ErrorBody}}, dependencies=[READ])
+def memory(body: MemoryRequest) -> MemoryAnswer:
+    """Predicted peak allocated memory per GPU (GiB) with its breakdown, and whether it fits.
+
+    Model (service/analytics/memory.py): bf16 params 2Ψ + grads 2Ψ + fp32 master 4Ψ + Adam 8Ψ
+    (+ 4Ψ fp32 grad accumulation), sharded by ZeRO stage over DP and divided by TP/PP (Ultra-Scale
+    Playbook; Rajbhandari et al. 2019); activations per Korthikanti et al. 2022 (arXiv 2205.05198),
+    with 1F1B keeping up to PP micro-batches in flight. 422 names the field when the estimate is
+    impossible (e.g. neither model_params nor dims).
+    """
+    run = body.model_dump(exclude={"gpu_memory_gib"})
+    try:
+        est = estimate_memory(run, body.gpu_memory_gib)
+    except ValueError as exc:
+        msg = str(exc)
+        field = msg.split(":", 1)[0] if ":" in msg else None
+        raise ValidationFailed(msg, [{"field": field, "value": run.get(field) if field else None,
+                                      "message": msg}]) from exc
+    return MemoryAnswer(predicted_peak_memory_gib=est.predicted_peak_memory_gib, gpu_memory_gib=est.gpu_memory_gib,
+                        usable_memory_gib=est.usable_memory_gib, fits=est.fits, breakdown=est.breakdown,
+                        assumptions=est.assumptions, peak_stage=est.peak_stage, peak_phase=est.peak_phase)
