@@ -27,13 +27,13 @@ EMPTY_DB = ("The database has no runs yet. Import some through the API, e.g. "
 def show_error(exc: Exception) -> None:
     """Render an API failure as a clear, actionable message."""
     if isinstance(exc, ApiDown):
-        st.error(f"**API not reachable.** {exc}", icon="🔌")
+        st.error(f"**API not reachable.** {exc}", icon=":material/power_off:")
     elif isinstance(exc, Unauthorized):
-        st.error(f"**Not authorised.** {exc}", icon="🔒")
+        st.error(f"**Not authorised.** {exc}", icon=":material/lock:")
     elif isinstance(exc, ApiError):
         details = "; ".join(d.get("message", str(d)) for d in exc.details[:5] if isinstance(d, dict))
         st.error(f"**The API answered {exc.status} ({exc.code}):** {exc.message}"
-                 + (f"\n\n{details}" if details and details != exc.message else ""), icon="⚠️")
+                 + (f"\n\n{details}" if details and details != exc.message else ""), icon=":material/warning:")
     else:  # pragma: no cover - defensive
         st.error(f"unexpected error: {exc}")
 
@@ -59,13 +59,13 @@ def require_api(need_runs: bool = True) -> dict[str, Any]:
         health = data.health()
     with st.sidebar:
         st.caption(f"API {api_url()} · {health.get('backend', '?')} · {health.get('runs', 0):,} runs")
-        if st.button("↻ Refresh data", key="refresh_data", help="forget cached answers (they live 30 s)"):
+        if st.button("Refresh data", icon=":material/refresh:", key="refresh_data", help="forget cached answers (they live 30 s)"):
             data.clear()
             st.rerun()
     with api_errors():  # /health needs no token: check ours on a read endpoint
         data.get("/runs", limit=1)
     if need_runs and not health.get("runs"):
-        st.info(EMPTY_DB, icon="📭")
+        st.info(EMPTY_DB, icon=":material/inbox:")
         st.stop()
     return health
 
@@ -124,5 +124,5 @@ def date_range(bounds: list[date], prefix: str) -> dict[str, str | None]:
 
 def csv_download(label: str, csv_text: str | Callable[[], str], file_name: str, key: str) -> None:
     """A CSV download button (``csv_text`` may be a callable, then built only when clicked)."""
-    st.download_button(label, data=csv_text, file_name=file_name, mime="text/csv", key=key, icon="⬇️",
+    st.download_button(label, data=csv_text, file_name=file_name, mime="text/csv", key=key, icon=":material/download:",
                        on_click="ignore")

@@ -356,9 +356,27 @@ def status_for(error_class: str | None) -> str | None:
     return "failed"
 
 
+#: Lower-case substrings of which every line matched by a rule contains at least one: a cheap
+#: pre-filter that lets the (much more common) ordinary log lines skip the regular expressions.
+_KEYWORDS = (
+    "error", "fail", "exception", "traceback", "timeout", "timed out", "timing out", "watchdog",
+    "heartbeat", "process down", "flight recorder", "cancelled", "time limit", "walltime",
+    "wall clock", "wallclock", "term_", "preempt", "terminate", "xid", "ecc", "double bit", "dbe",
+    "fallen off", "gpu is lost", "device handle", "nvlink", "remapp", "illegal", "misaligned",
+    "out of memory", "out_of_memory", "outofmemory", "rendezvous", "store", "socket",
+    "waiting for", "c10d", "remote", "unhandled", "invalid", "internal", "nccl warn", "ibv_",
+    "shared memory", "/dev/shm", "posix_fallocate", "duplicate gpu", "mismatch", "truncated",
+    "connection", "net/", "net :", "broken pipe", "no route", "retry_exc", "exitcode",
+    "return code", "srun", "slurmstepd", "signal", "segmentation", "fatal", "core dumped", "[e",
+)
+_KEYWORD_RX = re.compile("|".join(re.escape(k) for k in _KEYWORDS))
+
+
 def classify_line(line: str) -> str | None:
     """The DESIGN §6 error class of one log line, or ``None`` if it is not an error line."""
-    if not line or not line.strip():
+    if not line or "NCCL INFO" in line:
+        return None
+    if not _KEYWORD_RX.search(line.lower()):
         return None
     core = _PREFIX.sub("", line.rstrip("\r\n"))
     if _BENIGN.search(line) or _CODE_LINE.match(core) or _WARNING_LINE.match(core):

@@ -2,7 +2,8 @@
 
 Functions take a Session from `Database.session()` and never commit themselves.
 Bulk inserts into DuckDB go through an Arrow table (set-based, ~10^5 rows/s) rather than
-`executemany` (~10^3 rows/s); PostgreSQL uses SQLAlchemy's insertmanyvalues batching.
+`executemany` (~10^3 rows/s); PostgreSQL uses COPY. Ids are drawn from the sequence before the
+insert, so a batch is answered from the rows written, without reading them back.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from sqlalchemy.orm import Session
 from service import derive
 from service.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from service.schemas import RunIn
-from service.tables import Run
+from service.tables import RUN_ID_SEQ, Run
 
 RUN_COLUMNS = [c for c in Run.__table__.columns if c.name != "id"]
 COLUMN_NAMES = [c.name for c in Run.__table__.columns]
+_EXTRA_AT = COLUMN_NAMES.index("extra")
+_COLUMN_SET = frozenset(COLUMN_NAMES)
 
 
 def _arrow_type(col: sa.Column) -> pa.DataType:
@@ -38,7 +41,7 @@ def _arrow_type(col: sa.Column) -> pa.DataType:
     return pa.string()
 
 
-ARROW_SCHEMA = pa.schema([(c.name, _arrow_type(c)) for c in RUN_COLUMNS])
+ARROW_SCHEMA = pa.schema([(c.name, _arrow_type(c)) for c in Run.__table__.columns])
 
 
 def validate_records(payloads: list[Any]) -> list[dict[str, Any]]:
@@ -66,7 +69,7 @@ def validate_records(payloads: list[Any]) -> list[dict[str, Any]]:
                     msg = f"{field}: {err['msg']}" if field else err["msg"]
                 details.append({"index": index, "field": field, "value": _jsonable(value), "message": msg})
             continue
-        reported = rec.model_dump()
+        reported = dict(rec.__dict__)  # == rec.model_dump() for this flat model, 10x cheaper
         row, errors = derive.complete(reported)
         if errors:
             details.extend({"index": index, **e.as_dict()} for e in errors)
@@ -91,11 +94,17 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
-def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> tuple[list[Run], int, int]:
+def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> tuple[list[Any], int, int]:
     """Store records idempotently, all-or-nothing. Returns (runs in request order, created, existing).
 
     Same run_key + same content → the stored run (counted as existing); same run_key + different
-    content → Conflict (409) naming the keys. `bulk=True` uses DuckDB's Arrow path.
+    content → Conflict (409) naming the keys. Raises ValidationFailed (422) as validate_records.
+
+    Runs are returned as objects with every `runs` column as an attribute (what RunOut reads):
+    new runs are built from the rows just written (ids come from the sequence up front), so a
+    batch costs no second round trip; runs already stored are read back as `Run` rows. Inserts are
+    set-based: DuckDB through an Arrow table (`bulk=True` or more than a few rows), PostgreSQL
+    through COPY; small requests use one executemany INSERT.
     """
     rows = validate_records(payloads)
     by_key: dict[str, dict[str, Any]] = {}
@@ -110,8 +119,8 @@ def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> 
         elif seen["content_hash"] != row["content_hash"]:
             conflicts.append({"index": index, "field": "run_key", "value": key,
                               "message": "run_key appears twice in this request with different content"})
-    stored = {k: h for k, h in session.execute(
-        sa.select(Run.run_key, Run.content_hash).where(Run.run_key.in_(list(by_key)))).all()}
+    dialect = session.get_bind().dialect.name
+    stored = _stored_hashes(session, list(by_key), dialect)
     for index, key in enumerate(order):
         if key in stored and stored[key] != by_key[key]["content_hash"]:
             conflicts.append({"index": index, "field": "run_key", "value": key,
@@ -120,32 +129,85 @@ def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> 
         raise Conflict(f"{len(conflicts)} run_key conflict(s); first: {conflicts[0]['value']}", conflicts)
 
     new_rows = [r for k, r in by_key.items() if k not in stored]
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
-    for r in new_rows:
-        r["ingested_at"] = now
+    out: dict[str, Any] = {}
     if new_rows:
-        if bulk and session.get_bind().dialect.name == "duckdb":
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        for r, run_id in zip(new_rows, _next_ids(session, len(new_rows), dialect)):
+            r["ingested_at"] = now
+            r["id"] = run_id
+        if dialect == "duckdb" and (bulk or len(new_rows) > SMALL_INSERT):
             _insert_arrow(session, new_rows)
+        elif dialect == "postgresql" and len(new_rows) > SMALL_INSERT:
+            _insert_copy(session, new_rows)
         else:
-            session.execute(sa.insert(Run), [{c.name: r.get(c.name) for c in RUN_COLUMNS} for r in new_rows])
-    fetched = {r.run_key: r for r in session.scalars(sa.select(Run).where(Run.run_key.in_(list(by_key))))}
-    return [fetched[k] for k in order], len(new_rows), len(by_key) - len(new_rows)
+            session.execute(sa.insert(Run), [{c: r.get(c) for c in COLUMN_NAMES} for r in new_rows])
+        for r in new_rows:
+            out[r["run_key"]] = StoredRun(r)
+    if stored:
+        out.update((r.run_key, r) for r in session.scalars(sa.select(Run).where(Run.run_key.in_(list(stored)))))
+    return [out[k] for k in order], len(new_rows), len(by_key) - len(new_rows)
+
+
+#: up to this many new rows go through one executemany INSERT (cheaper than a bulk path to set up)
+SMALL_INSERT = 20
+
+
+class StoredRun(dict):
+    """A just-written run: the row dict itself, with every `runs` column also readable as an
+    attribute (`run.id`, `run.extra`), as on a `Run` row — without the ORM bookkeeping (~30 µs per
+    object) and without copying. `extra` is the dict that was stored as JSON."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _COLUMN_SET:
+            return self.get(name)
+        raise AttributeError(name)
+
+
+def _stored_hashes(session: Session, keys: list[str], dialect: str) -> dict[str, str]:
+    """{run_key: content_hash} of the given keys already stored. DuckDB scans an IN list of many
+    keys (~30 ms at 10^6 rows) but not `= ANY(list)` (~7 ms), so it gets the latter."""
+    if dialect == "duckdb" and len(keys) > 1:
+        raw = session.connection().connection.driver_connection
+        return dict(raw.execute("SELECT run_key, content_hash FROM runs WHERE run_key = ANY(?)", [keys]).fetchall())
+    return {k: h for k, h in session.execute(
+        sa.select(Run.run_key, Run.content_hash).where(Run.run_key.in_(keys))).all()}
+
+
+def _next_ids(session: Session, n: int, dialect: str) -> list[int]:
+    """`n` fresh ids from runs_id_seq, in one query."""
+    if n == 1:
+        return [session.scalar(sa.select(RUN_ID_SEQ.next_value()))]
+    series = "range(:n)" if dialect == "duckdb" else "generate_series(1, :n)"
+    return list(session.scalars(sa.text(f"SELECT nextval('runs_id_seq') FROM {series}"), {"n": n}))
 
 
 def _insert_arrow(session: Session, rows: list[dict[str, Any]]) -> None:
-    """Set-based insert of many rows into DuckDB through an Arrow table."""
-    data = {c.name: [r.get(c.name) for r in rows] for c in RUN_COLUMNS}
+    """Set-based insert of many rows (ids included) into DuckDB through an Arrow table."""
+    data = {name: [r.get(name) for r in rows] for name in COLUMN_NAMES}
     data["extra"] = [json.dumps(v) if v is not None else None for v in data["extra"]]
     table = pa.table(data, schema=ARROW_SCHEMA)
     raw = session.connection().connection.driver_connection
     view = f"_ingest_{uuid.uuid4().hex}"
     raw.register(view, table)
     try:
-        cols = ", ".join(c.name for c in RUN_COLUMNS)
-        select = ", ".join("CAST(extra AS JSON)" if c.name == "extra" else c.name for c in RUN_COLUMNS)
+        cols = ", ".join(COLUMN_NAMES)
+        select = ", ".join("CAST(extra AS JSON)" if name == "extra" else name for name in COLUMN_NAMES)
         raw.execute(f"INSERT INTO runs ({cols}) SELECT {select} FROM {view}")
     finally:
         raw.unregister(view)
+
+
+def _insert_copy(session: Session, rows: list[dict[str, Any]]) -> None:
+    """Set-based insert of many rows (ids included) into PostgreSQL with COPY FROM STDIN."""
+    raw = session.connection().connection.driver_connection
+    with raw.cursor() as cur, cur.copy(f"COPY runs ({', '.join(COLUMN_NAMES)}) FROM STDIN") as copy:
+        for r in rows:
+            values = [r.get(name) for name in COLUMN_NAMES]
+            if values[_EXTRA_AT] is not None:
+                values[_EXTRA_AT] = json.dumps(values[_EXTRA_AT])
+            copy.write_row(values)
 
 
 def get_run(session: Session, run_id: int) -> Run:

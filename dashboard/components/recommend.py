@@ -74,7 +74,7 @@ def card(i: int, c: dict[str, Any]) -> None:
     """One candidate: config, metrics, memory check, evidence, why and risk."""
     m = c.get("metrics") or {}
     with st.container(border=True):
-        badge = "🟢 exact" if c.get("match") == "exact" else "🟡 adapted"
+        badge = ":green-badge[exact]" if c.get("match") == "exact" else ":orange-badge[adapted]"
         st.markdown(f"**#{i} · {badge}** · `{config_label(c.get('config') or {})}` · distance "
                     f"{c.get('distance', 0):.2f}")
         cols = st.columns(4)

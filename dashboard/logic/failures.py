@@ -93,17 +93,11 @@ def by_config(runs: Sequence[Run], limit: int = 50) -> pd.DataFrame:
     return frame.sort_values(["failures", "nodes"], ascending=[False, True]).head(limit).reset_index(drop=True)
 
 
-def dimension_failure_rates(runs: Sequence[Run], dimension: str) -> pd.DataFrame:
-    """For one config field (zero_stage, tp, micro_batch_size, …): runs, failures and the failure
-    rate per value, over the given runs (successes included)."""
-    total, failed = Counter(), Counter()
-    for r in runs:
-        value = r.get(dimension)
-        total[value] += 1
-        if r.get("status") != "success":
-            failed[value] += 1
-    rows = [{dimension: "?" if v is None else v, "runs": total[v], "failed": failed[v],
-             "failure_rate": failed[v] / total[v]} for v in sorted(total, key=_order)]
+def dimension_failure_rates(dimension: str, totals: Mapping[Any, tuple[int, int]]) -> pd.DataFrame:
+    """Failure rate per value of one config field (zero_stage, tp, micro_batch_size, …) from
+    ``{value: (runs, successes)}`` (exact counts, e.g. the ``total`` of GET /runs pages)."""
+    rows = [{dimension: v, "runs": n, "failed": n - ok, "failure_rate": (n - ok) / n if n else None}
+            for v, (n, ok) in sorted(totals.items(), key=lambda kv: _order(kv[0])) if n]
     return pd.DataFrame(rows, columns=[dimension, "runs", "failed", "failure_rate"])
 
 

@@ -241,7 +241,7 @@ def cell_choices(cells: list[Cell], metric: str = "mfu") -> dict[tuple[float, in
             f"{cell_label(c) if c.get('best') else failure_text(c)} · {cell_counts(c)}" for c in ordered}
 
 
-def default_cell(cells: list[Cell], metric: str = "mfu") -> tuple[float, int] | None:
+def default_cell(cells: list[Cell]) -> tuple[float, int] | None:
     """The cell to open first: the one with the most runs (the sweep being worked on)."""
     if not cells:
         return None

@@ -14,7 +14,8 @@ from typing import Any, Iterable, Mapping
 Run = Mapping[str, Any]
 
 OPTION_FIELDS = ("gpu_type", "seq_len", "global_batch_tokens", "framework", "precision", "model_name", "nodes",
-                 "source", "status", "error_class", "model_size_class", "gpus_per_node")
+                 "source", "status", "error_class", "model_size_class", "gpus_per_node", "dp", "tp", "pp", "cp",
+                 "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
 
 
 def distinct(runs: Iterable[Run], field: str) -> list[Any]:

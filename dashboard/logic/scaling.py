@@ -64,16 +64,25 @@ def amdahl_curve(frame: pd.DataFrame, amdahl: Mapping[str, Any] | None, steps: i
     return pd.DataFrame(rows)
 
 
-def amdahl_summary(amdahl: Mapping[str, Any] | None) -> str:
-    """"serial fraction 0.8% ± 0.2% → speedup ≤ 125× the smallest node count" (or why no fit)."""
+def amdahl_summary(amdahl: Mapping[str, Any] | None, reason: str | None = None) -> str:
+    """"serial fraction 0.80% ± 0.20% (R² 0.98): speedup at most 125× the 1-node throughput; efficiency
+    falls to 50% at 126 nodes" — or why there is no fit (``reason``: the API's ``amdahl_reason``)."""
     if not amdahl or amdahl.get("serial_fraction") is None:
-        reason = (amdahl or {}).get("reason") or "fewer than two node counts measured"
-        return f"no Amdahl fit ({reason})"
+        return f"no Amdahl fit: {reason or (amdahl or {}).get('reason') or 'fewer than two node counts measured'}"
     s = float(amdahl["serial_fraction"])
     err = amdahl.get("serial_fraction_stderr")
     text = f"serial fraction {pct(s, 2)}" + (f" ± {pct(float(err), 2)}" if err is not None else "")
+    if amdahl.get("r2") is not None:
+        text += f" (R² {float(amdahl['r2']):.3f})"
+    base = amdahl.get("base_nodes")
+    where = f"the {base:g}-node throughput" if base else "the smallest node count"
     if s > 0:
-        text += f" → speedup at most {1 / s:,.0f}× the smallest node count"
+        max_speedup = amdahl.get("max_speedup") or 1 / s
+        text += f": speedup at most {float(max_speedup):,.0f}× {where}"
+        if amdahl.get("nodes_at_50pct_efficiency") is not None:
+            text += f"; efficiency falls to 50% at ≈ {float(amdahl['nodes_at_50pct_efficiency']):,.0f} nodes"
+    else:
+        text += ": no serial bottleneck visible in the measured range"
     return text
 
 
@@ -151,3 +160,38 @@ def plan_headline(plan: Mapping[str, Any]) -> str:
         if plan.get("peak_source"):
             text += f" ({plan['peak_source']})"
     return text
+
+
+_SUFFIX = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12, "P": 1e15}
+
+
+def parse_count(text: str | float | int | None) -> int | None:
+    """Human counts to integers: "3B" -> 3_000_000_000, "11T" -> 11e12, "1.34e9", "8030261248";
+    None or "" -> None. Raises ValueError on anything else."""
+    if text is None:
+        return None
+    if isinstance(text, (int, float)):
+        return int(text)
+    s = text.strip().replace(",", "").replace("_", "")
+    if not s:
+        return None
+    scale = 1.0
+    if s[-1] in _SUFFIX:
+        s, scale = s[:-1], _SUFFIX[s[-1]]
+    value = float(s) * scale
+    if value <= 0 or value != value:
+        raise ValueError(f"not a positive count: {text!r}")
+    return int(round(value))
+
+
+def default_target(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The scaling view to open first: the model size measured at the most node counts, with the
+    GPU type most of its best runs used."""
+    from collections import Counter
+
+    per_size = Counter(c["model_size_class"] for c in cells if c.get("best"))
+    if not per_size:
+        return {}
+    size = max(per_size, key=lambda s: (per_size[s], -s))
+    gpus = Counter(c["best"].get("gpu_type") for c in cells if c["model_size_class"] == size and c.get("best"))
+    return {"model_size_class": size, "gpu_type": gpus.most_common(1)[0][0] if gpus else None}

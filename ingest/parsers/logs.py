@@ -81,7 +81,7 @@ _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 
 _NANOTRON_ITER = re.compile(r"\biteration: (\d+) / (\d+) \|(.*)$", re.M)
 _MEGATRON_ITER = re.compile(r"\biteration\s+(\d+)/\s*(\d+) \|(.*)$", re.M)
-_TITAN_STEP = re.compile(r"(?<!validate )(?<!validation )\bstep:\s*(\d+)\s+loss:\s*(\S+)(.*)$", re.M)
+_TITAN_STEP = re.compile(r"\bstep:(?<!validate step:)(?<!validation step:)\s*(\d+)\s+loss:\s*(\S+)(.*)$", re.M)
 
 _UNITS_GIB = {"kib": 2.0**-20, "kb": 2.0**-20, "mib": 2.0**-10, "mb": 2.0**-10, "gib": 1.0, "gb": 1.0}
 _HUMAN_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -153,8 +153,8 @@ def _nanotron(text: str) -> tuple[list[dict], dict, dict, dict]:
             }
         )
     unit = r"\s*([KMG]i?B)"
-    peak = [_to_gib(float(v), u) for v, u in re.findall(rf"Peak[ _]allocated:?\s*({_NUM}){unit}", text, re.I)]
-    res = [_to_gib(float(v), u) for v, u in re.findall(rf"Peak[ _]reserved:?\s*({_NUM}){unit}", text, re.I)]
+    peak = [_to_gib(float(v), u) for v, u in re.findall(rf"[Pp]eak[ _]allocated:?\s*({_NUM}){unit}", text)]
+    res = [_to_gib(float(v), u) for v, u in re.findall(rf"[Pp]eak[ _]reserved:?\s*({_NUM}){unit}", text)]
     if not res:  # iteration lines may carry cuda_max_memory_reserved in bytes (human_format)
         res = [round(r["max_reserved_bytes"] / 2**30, 4) for r in records if r["max_reserved_bytes"]]
     memory = {"peak": _max(peak), "reserved": _max(res)}

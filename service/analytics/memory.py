@@ -27,6 +27,7 @@ Calibration and hold-out checks: bench/memory_accuracy.py on the Ultra-Scale Pla
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,11 +42,10 @@ class MemoryConstants:
     """The model's few physical constants (GiB unless stated). bench/memory_accuracy.py refits
     `fragmentation` on subsets of the sweep to show it transfers (hold-out by node count).
 
-    cuda_context_nccl_gib: memory the PyTorch allocator never sees — CUDA context and kernel
-        images (~0.5 GiB on H100, CUDA 12), cuBLAS workspaces and NCCL communicator buffers
-        (several communicators × channels × 4 MiB NCCL_BUFFSIZE; NVLS adds more).
-    framework_misc_gib: small allocator-resident tensors besides the model (rotary tables, the
-        batch, losses): the residual of the sweep's post-backward memory, 0.06–0.08 GiB.
+    cuda_context_nccl_gib: memory the PyTorch allocator never sees: CUDA context and kernels
+        (~0.5 GiB on H100), cuBLAS workspaces, NCCL buffers (communicators × channels × 4 MiB).
+    framework_misc_gib: small tensors besides the model (rotary tables, batch, losses): the
+        residual of the sweep's post-backward memory, 0.06–0.08 GiB.
     fragmentation: reserved/allocated factor of memory allocated and freed within a step
         (activations, logits, transient buffers; persistent model states are allocated once and
         do not fragment), so that the prediction is a reserved-memory figure. Measured, not fitted
@@ -73,17 +73,13 @@ _FP32 = 4
 
 @dataclass
 class MemoryEstimate:
-    """Predicted per-GPU peak memory of one training step (all numbers GiB = 2**30 bytes).
+    """Predicted per-GPU peak memory of one training step (GiB = 2**30 bytes).
 
-    predicted_peak_memory_gib: peak over pipeline stages and step phases, including what the
-        allocator never sees (CUDA context, NCCL) and allocator fragmentation, so that it compares
-        with the GPU's total memory; breakdown: GiB per component at that peak (sums to it);
-        gpu_memory_gib: catalog or given; usable_memory_gib = gpu_memory_gib × usable_fraction;
-        fits: predicted ≤ usable (None when the GPU memory is unknown); assumptions: defaults used.
-    Detail: peak_stage ("only", "first", "last", "stage k"), peak_phase ("forward_backward" or
-    "optimizer_step"), stage_peaks_gib and stage_breakdowns per pipeline stage, and
-    optimizer_step_gib: allocated memory on the first stage (global rank 0) during the
-    post-backward phase — what nanotron's bench CSV logs as "Mem Alloc (GB)" [NT].
+    predicted_peak_memory_gib: peak over pipeline stages and step phases, CUDA context/NCCL and
+    allocator fragmentation included (comparable with total HBM); breakdown sums to it; fits:
+    predicted ≤ usable_memory_gib (gpu_memory_gib × usable_fraction), None if memory unknown.
+    optimizer_step_gib: allocated memory of the first stage (rank 0) after backward — what
+    nanotron's bench CSV logs as "Mem Alloc (GB)" [NT]; peak_stage is "only"/"first"/"last"/"stage k".
     """
 
     predicted_peak_memory_gib: float
@@ -106,17 +102,22 @@ COMPONENTS = ("params", "grads", "fp32_grad_accum", "master_weights", "optimizer
 
 
 def _get(run: dict, key: str) -> Any:
-    value = run.get(key)
-    if value is None and isinstance(run.get("extra"), dict):
-        value = run["extra"].get(key)
+    """run[key], else run["extra"][key] (extra may be a dict or its JSON text); NaN = missing."""
+    value, extra = run.get(key), run.get("extra")
+    if isinstance(extra, str):
+        try:
+            extra = json.loads(extra)
+        except ValueError:
+            extra = None
+    if value is None and isinstance(extra, dict):
+        value = extra.get(key)
     if isinstance(value, float) and math.isnan(value):
         return None
     return value
 
 
 def _pos_int(run: dict, key: str) -> int | None:
-    value = _get(run, key)
-    if value is None or value == "":
+    if (value := _get(run, key)) in (None, ""):
         return None
     try:
         number = int(float(value))
@@ -128,12 +129,17 @@ def _pos_int(run: dict, key: str) -> int | None:
 
 
 def _flag(run: dict, key: str) -> bool | None:
-    value = _get(run, key)
-    if value is None or value == "":
+    if (value := _get(run, key)) in (None, ""):
         return None
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "y", "t")
-    return bool(value)
+    return value.strip().lower() in ("1", "true", "yes", "t") if isinstance(value, str) else bool(value)
+
+
+def _default(value: Any, default: Any, notes: list[str], note: str) -> Any:
+    """`value`, or `default` with `note` recorded as an assumption when value is None."""
+    if value is None:
+        notes.append(note)
+        return default
+    return value
 
 
 @dataclass
@@ -164,7 +170,7 @@ def _resolve_model(run: dict, notes: list[str]) -> _Model:
     """Model dims from the record; missing ones inferred from model_params (noted in `notes`)."""
     n = _pos_int(run, "model_params")
     h, layers = _pos_int(run, "hidden_size"), _pos_int(run, "num_layers")
-    vocab = _pos_int(run, "vocab_size") or notes.append("vocab_size=128256 (Llama-3 tokenizer)") or 128256
+    vocab = _default(_pos_int(run, "vocab_size"), 128256, notes, "vocab_size=128256 (Llama-3 tokenizer)")
     tied = _flag(run, "tie_word_embeddings")
     if tied is None:
         # small models usually tie (Llama-3.2 1B/3B, SmolLM, Qwen2.5 <= 3B), large ones do not
@@ -186,9 +192,8 @@ def _resolve_model(run: dict, notes: list[str]) -> _Model:
             layers = max(1, round((n / (12 * 128 * 128)) ** (1 / 3)))
             h = 128 * layers
             notes.append(f"num_layers={layers}, hidden_size={h} inferred from model_params (h ≈ 128·L)")
-    heads = _pos_int(run, "num_heads") or notes.append(f"num_heads={max(1, h // 128)} (head_dim 128)") \
-        or max(1, h // 128)
-    kv = _pos_int(run, "num_kv_heads") or notes.append("num_kv_heads=num_heads (no GQA)") or heads
+    heads = _default(_pos_int(run, "num_heads"), max(1, h // 128), notes, "num_heads=h/128 (head_dim 128)")
+    kv = _default(_pos_int(run, "num_kv_heads"), heads, notes, "num_kv_heads=num_heads (no GQA)")
     ffn = _pos_int(run, "ffn_hidden_size")
     model = _Model(h, layers, heads, kv, 0, vocab, tied)
     if ffn is None:
@@ -230,7 +235,7 @@ def _stage_layers(model: _Model, pp: int, balanced: bool) -> list[int]:
 
 
 def _activation_bytes_per_token(model: _Model, seq: int, tp: int, sp: bool, recompute: str,
-                                flash: bool) -> tuple[float, float]:
+                                flash: bool, op_sac: bool = False) -> tuple[float, float]:
     """(bytes kept per token per layer, bytes of one layer's full activations per token), one GPU.
 
     [K22] §4.1 derivation applied to a Llama block (RMSNorm, GQA, SwiGLU, no dropout), bf16:
@@ -239,7 +244,9 @@ def _activation_bytes_per_token(model: _Model, seq: int, tp: int, sp: bool, reco
       silu(gate) 2·ffn, product 2·ffn (down-proj input); without FlashAttention + 5·a·s (K22's
       5as/h term × h). For GPT's 4h-GeLU block (+ two 1-byte dropout masks) this gives K22's 34h.
     selective: also recompute the attention core and the SwiGLU elementwise outputs (−4·ffn);
-    full: keep only the layer input 2h (K22 "full recompute"), recompute one layer at a time.
+    op_sac (torchtitan's selective_ac_option="op"): keep the layer input, the attention output
+    and every other matmul output (wq, wv, w1, w2 of the 7); full: keep only the layer input 2h
+    (K22 "full recompute"), recompute one layer at a time.
     """
     h, qd, kvd, f = model.h, model.heads * model.head_dim, model.kv * model.head_dim, model.ffn
     replicated = 8 * h
@@ -248,6 +255,9 @@ def _activation_bytes_per_token(model: _Model, seq: int, tp: int, sp: bool, reco
     full_layer = (replicated / tp if sp else replicated) + (sharded + core) / tp
     if recompute == "full":
         kept = 2 * h / tp if sp else 2 * h
+    elif recompute == "selective" and op_sac:
+        layer_input = 2 * h / tp if sp else 2 * h
+        kept = layer_input + (2 * qd + 2 * kvd + 2 * f + 2 * h + 2 * qd) / tp  # wq wv w1 w2 + attn out
     elif recompute == "selective":
         kept = (replicated / tp if sp else replicated) + (sharded - 4 * f) / tp
     else:
@@ -281,23 +291,19 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
         raise ValueError(f"zero_stage: not a number: {zero!r}") from None
     if not 0 <= zero <= 3:
         raise ValueError(f"zero_stage: must be 0-3, got {zero}")
-    mbs = _pos_int(run, "micro_batch_size") or notes.append("micro_batch_size=1") or 1
-    gas = _pos_int(run, "grad_accum_steps") or notes.append("grad_accum_steps>=pp (pipeline filled)") or pp
-    recompute = _get(run, "recompute") or ("full" if _flag(run, "recompute_layer") else "none")
-    recompute = str(recompute).strip().lower()  # nanotron's recompute_layer = full recompute
+    mbs = _default(_pos_int(run, "micro_batch_size"), 1, notes, "micro_batch_size=1")
+    gas = _default(_pos_int(run, "grad_accum_steps"), pp, notes, "grad_accum_steps>=pp (pipeline filled)")
+    recompute = _get(run, "recompute") or ("full" if _flag(run, "recompute_layer") else None)
+    recompute = str(_default(recompute, "none", notes, "recompute=none")).strip().lower()
     if recompute not in ("none", "selective", "full"):
         raise ValueError(f"recompute: must be none/selective/full, got {recompute!r}")
-    precision = canonical_precision(_get(run, "precision")) or "bf16"
-    if _get(run, "precision") is None:
-        notes.append("precision=bf16 mixed precision")
+    precision = canonical_precision(_default(_get(run, "precision"), "bf16", notes, "precision=bf16 (mixed)"))
     framework = str(_get(run, "framework") or "").lower()
     nanotron = framework in ("", "nanotron") or "nanotron" in framework
     if not framework:
         notes.append("framework=nanotron (its ZeRO all-gather staging and DDP buckets counted)")
-    fp32_accum = False if precision == "fp32" else _flag(run, "accumulate_grad_in_fp32")
-    if fp32_accum is None:
-        fp32_accum = True
-        notes.append("accumulate_grad_in_fp32=True (nanotron/Megatron default)")
+    fp32_accum = False if precision == "fp32" else _default(
+        _flag(run, "accumulate_grad_in_fp32"), True, notes, "accumulate_grad_in_fp32=True (nanotron/Megatron default)")
     tp_mode = str(_get(run, "tp_mode") or "").upper()
     sp_flag = _flag(run, "sequence_parallel")
     if sp_flag is None and tp_mode:
@@ -335,10 +341,15 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
     # input Ψ/N plus flat output and its unflatten copy 2Ψ, in bf16 -> 4Ψ + 2Ψ/N bytes [NT];
     # the sweep's ZeRO-1 rows measure 10Ψ + 14Ψ/N = (2 + 4 + 4) + (12 + 2)/N bytes
     staging = 2 * p_bytes + p_bytes / shard if (nanotron and zero in (1, 2) and shard > 1) else 0.0
+    if zero == 3 and pp > 1:  # FSDP under PP keeps the stage unsharded between micro-batches
+        per_param["params"] += p_bytes  # (torchtitan: reshard_after_forward=False with PP, grad
+        per_param["grads"] += p_bytes   # sync only on the last micro-batch)
+        notes.append("ZeRO-3 with PP: unsharded bf16 params and grads kept across micro-batches")
 
     # --- per pipeline stage ------------------------------------------------------------------
     layer_split = _stage_layers(model, pp, balanced=nanotron)
-    kept, full_layer = _activation_bytes_per_token(model, seq, tp, sp, recompute, flash)
+    kept, full_layer = _activation_bytes_per_token(model, seq, tp, sp, recompute, flash,
+                                                   op_sac="torchtitan" in framework)
     tokens_mb = mbs * seq / cp            # tokens of one micro-batch on one GPU (CP splits s)
     emb_params = model.vocab * model.h / tp  # vocab-parallel embedding / lm_head [K22 §3]
     layer_local = (model.layer_params() - 2 * model.h) / tp + 2 * model.h  # norms replicated
@@ -359,7 +370,8 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
         in_flight = gas if afab else min(pp - r, gas)  # [1F1B]: stage r holds ≤ pp−r micro-batches
         act_mb = kept * n_layers * tokens_mb
         recomputed = (full_layer - kept) * tokens_mb if n_layers else 0.0  # one layer rebuilt
-        logits = c.logits_bytes_per_vocab * model.vocab / tp * tokens_mb if last else 0.0
+        # loss peak of the newest micro-batch + the fp32 softmax each other in-flight one keeps [NT]
+        logits = (c.logits_bytes_per_vocab + _FP32 * (in_flight - 1)) * model.vocab / tp * tokens_mb if last else 0.0
         phases = {  # transient memory at the three candidate peak moments
             # loss of the newest micro-batch: all in-flight activations + logits [K22][NT]
             "forward_backward": {"activations": in_flight * act_mb + recomputed,

@@ -41,12 +41,20 @@ class MemoryRequest(BaseModel):
     recompute: Literal["none", "selective", "full"] = "none"
     precision: str = Field(default="bf16", max_length=32)
     gpu_type: str | None = Field(default=None, max_length=100)
+    framework: str | None = Field(default=None, max_length=200,
+                                  description="nanotron | megatron | torchtitan …; framework buffers differ")
     gpu_memory_gib: float | None = Field(default=None, gt=0, description="overrides the catalog's memory")
     extra: dict[str, Any] | None = Field(default=None, description="e.g. accumulate_grad_in_fp32, tp_mode")
 
 
 class MemoryAnswer(BaseModel):
+    """GiB per GPU. `predicted_peak_memory_gib` is the step's peak (what must fit);
+    `predicted_post_backward_gib` is the peak after forward/backward (gradient sync + optimizer
+    step), which is what nanotron's bench CSV reports as `Mem Alloc (GB)` (it resets the peak
+    counter after the backward pass)."""
+
     predicted_peak_memory_gib: float
+    predicted_post_backward_gib: float
     gpu_memory_gib: float | None
     usable_memory_gib: float | None
     fits: bool | None
@@ -58,7 +66,8 @@ class MemoryAnswer(BaseModel):
 
 @router.post("/memory", response_model=MemoryAnswer, responses={422: {"model": ErrorBody}}, dependencies=[READ])
 def memory(body: MemoryRequest) -> MemoryAnswer:
-    """Predicted peak allocated memory per GPU (GiB) with its breakdown, and whether it fits.
+    """Predicted peak memory per GPU (GiB, allocator fragmentation and CUDA context included) with
+    its breakdown, and whether it fits in the GPU's usable memory.
 
     Model (service/analytics/memory.py): bf16 params 2Ψ + grads 2Ψ + fp32 master 4Ψ + Adam 8Ψ
     (+ 4Ψ fp32 grad accumulation), sharded by ZeRO stage over DP and divided by TP/PP (Ultra-Scale
@@ -74,6 +83,7 @@ def memory(body: MemoryRequest) -> MemoryAnswer:
         field = msg.split(":", 1)[0] if ":" in msg else None
         raise ValidationFailed(msg, [{"field": field, "value": run.get(field) if field else None,
                                       "message": msg}]) from exc
-    return MemoryAnswer(predicted_peak_memory_gib=est.predicted_peak_memory_gib, gpu_memory_gib=est.gpu_memory_gib,
+    return MemoryAnswer(predicted_peak_memory_gib=est.predicted_peak_memory_gib,
+                        predicted_post_backward_gib=est.optimizer_step_gib, gpu_memory_gib=est.gpu_memory_gib,
                         usable_memory_gib=est.usable_memory_gib, fits=est.fits, breakdown=est.breakdown,
                         assumptions=est.assumptions, peak_stage=est.peak_stage, peak_phase=est.peak_phase)

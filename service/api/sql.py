@@ -1,5 +1,55 @@
-"""Placeholder router; filled in by its owner."""
+"""POST /api/v1/sql: read-only SQL over the runs table (DESIGN §7; service/analytics/sql.py)."""
+
+from __future__ import annotations
+
+from typing import Any
 
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
-router = APIRouter()
+from service.analytics import sql as user_sql
+from service.api.deps import DatabaseDep, SettingsDep
+from service.api.security import READ
+from service.schemas import ErrorBody
+
+router = APIRouter(tags=["sql"])
+
+
+class SqlQuery(BaseModel):
+    """One read-only SELECT over `runs` (DuckDB or PostgreSQL dialect, whichever backend serves)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"example": {
+        "query": "SELECT nodes, max(tokens_per_sec_per_gpu) AS best FROM runs WHERE status = 'success' "
+                 "GROUP BY nodes ORDER BY nodes"}})
+
+    query: str = Field(min_length=1, max_length=100_000)
+
+
+class SqlResult(BaseModel):
+    """Column names, rows as JSON arrays (datetimes ISO 8601, NaN → null), and whether the row cap cut
+    the answer (`truncated`); `elapsed_ms` is execution plus fetch time in milliseconds."""
+
+    columns: list[str]
+    rows: list[list[Any]]
+    row_count: int
+    truncated: bool
+    elapsed_ms: float
+
+
+@router.post("/sql", response_model=SqlResult, dependencies=[READ],
+             responses={400: {"model": ErrorBody, "description": "query refused, failed or timed out"},
+                        503: {"model": ErrorBody, "description": "SQL unavailable (PostgreSQL reader role missing)"}})
+async def run_sql(body: SqlQuery, db: DatabaseDep, settings: SettingsDep) -> JSONResponse:
+    """Run one read-only SELECT over the runs table.
+
+    Only `runs` (and CTEs over it) may be read; writes, DDL, settings, file/extension/network access,
+    catalogs and other databases are refused with 400 `query_rejected` naming what was refused. The
+    query is cancelled after SCALEBOOK_SQL_TIMEOUT_S seconds (400 `query_rejected`, "query exceeded
+    the … timeout") and at most SCALEBOOK_SQL_MAX_ROWS rows come back (`truncated: true` when more
+    matched). Column names are the run record's (DESIGN §2).
+    """
+    result = await run_in_threadpool(user_sql.run_query, db, body.query,
+                                     timeout_s=settings.sql_timeout_s, max_rows=settings.sql_max_rows)
+    return JSONResponse(content=result)

@@ -1,0 +1,110 @@
+"""Runs page pieces: filters, a cursor-paged table, one run's detail and a side-by-side diff."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from dashboard import data, ui
+from dashboard.logic import runs as rl
+from dashboard.logic.fmt import run_title, size_label
+
+_CURSORS = "runs_cursors"
+_SIGNATURE = "runs_signature"
+
+COLUMNS = {
+    "mfu": st.column_config.NumberColumn("MFU", format="percent"),
+    "tokens_per_sec_per_gpu": st.column_config.NumberColumn("tok/s/GPU", format="localized"),
+    "peak_memory_gib": st.column_config.NumberColumn("peak GiB", format="%.1f"),
+    "size_B": st.column_config.NumberColumn("size (B)"),
+    "global_batch_tokens": st.column_config.NumberColumn("batch tokens", format="localized"),
+    "started_at": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm"),
+}
+
+
+def filters(options: dict[str, list[Any]]) -> tuple[dict[str, Any], str, int]:
+    """Sidebar filters, sort and page size; returns (query filters, sort, limit)."""
+    with st.sidebar:
+        st.subheader("Filters")
+        f = {
+            "model_name": ui.choice("Model", options.get("model_name", []), "runs_model"),
+            "model_size_class": ui.choice("Model size", options.get("model_size_class", []), "runs_size",
+                                          fmt=size_label),
+            "nodes": ui.choice("Nodes", options.get("nodes", []), "runs_nodes"),
+            "status": ui.choice("Status", list(rl.STATUSES), "runs_status"),
+            "gpu_type": ui.choice("GPU type", options.get("gpu_type", []), "runs_gpu"),
+            "framework": ui.choice("Framework", options.get("framework", []), "runs_fw"),
+            "error_class": ui.choice("Error class", options.get("error_class", []), "runs_err"),
+            "source": ui.choice("Source", options.get("source", []), "runs_source"),
+        }
+        sort = st.selectbox("Sort", list(rl.SORT_CHOICES), format_func=rl.SORT_CHOICES.get, key="runs_sort",
+                            bind="query-params")
+        limit = st.selectbox("Rows per page", [25, 50, 100, 250, 1000], index=2, key="runs_limit")
+    return {k: v for k, v in f.items() if v is not None}, sort, limit
+
+
+def page(query: dict[str, Any], sort: str, limit: int) -> dict[str, Any]:
+    """Fetch the current page (cursor kept in session state, reset when the query changes) and
+    draw the pager; returns the page body {"runs", "next_cursor", "total"}."""
+    signature = repr((sorted(query.items()), sort, limit))
+    if st.session_state.get(_SIGNATURE) != signature:
+        st.session_state[_SIGNATURE] = signature
+        st.session_state[_CURSORS] = [None]
+    cursors: list[str | None] = st.session_state[_CURSORS]
+    body = ui.call(data.get, "/runs", limit=limit, sort=sort, cursor=cursors[-1], spinner="Loading runs…", **query)
+    total, n = body.get("total", 0), len(body.get("runs", []))
+    first = (len(cursors) - 1) * limit
+    c1, c2, c3 = st.columns([4, 1, 1])
+    c1.markdown(f"**{total:,} runs** match · showing {first + 1 if n else 0:,}–{first + n:,} "
+                f"(page {len(cursors)} of {max(1, -(-total // limit)):,})")
+    if c2.button("◀ Previous", disabled=len(cursors) == 1, key="runs_prev", width="stretch"):
+        cursors.pop()
+        st.rerun()
+    if c3.button("Next ▶", disabled=not body.get("next_cursor"), key="runs_next", width="stretch"):
+        cursors.append(body["next_cursor"])
+        st.rerun()
+    return body
+
+
+def table(runs: list[dict[str, Any]]) -> None:
+    """The page as a table plus its CSV (every field)."""
+    st.dataframe(rl.runs_table(runs), hide_index=True, column_config=COLUMNS, key="runs_table")
+    ui.csv_download("This page as CSV", lambda: rl.runs_csv(runs), "scalebook-runs.csv", key="runs_csv")
+
+
+def detail(runs: list[dict[str, Any]]) -> None:
+    """One run (GET /runs/{id}) in sections: model, hardware, parallelism, results, software, …"""
+    default = runs[0]["id"] if runs else 1
+    run_id = st.number_input("Run id", min_value=1, value=int(default), step=1, key="runs_detail_id")
+    with ui.api_errors(stop=False):
+        run = data.get(f"/runs/{int(run_id)}")
+        st.markdown(f"**{run_title(run)}**")
+        sections = rl.detail_sections(run)
+        cols = st.columns(3)
+        for i, (name, frame) in enumerate(sections.items()):
+            with cols[i % 3]:
+                st.markdown(f"*{name}*")
+                st.table(frame.set_index("field"))
+
+
+def compare(runs: list[dict[str, Any]]) -> None:
+    """2–4 runs side by side; fields whose values differ are highlighted."""
+    ids = [r["id"] for r in runs]
+    titles = {r["id"]: run_title(r) for r in runs}
+    c1, c2 = st.columns([3, 1])
+    picked = c1.multiselect("Runs from this page", ids, default=ids[:2], max_selections=4, key="runs_cmp_pick",
+                            format_func=lambda i: titles.get(i, f"#{i}"))
+    typed = c2.text_input("…or run ids", key="runs_cmp_ids", placeholder="12, 15, 20")
+    chosen = list(dict.fromkeys([*picked, *rl.parse_ids(typed)]))[:4]
+    if len(chosen) < 2:
+        st.info("Pick two to four runs to compare.")
+        return
+    only = st.toggle("Only fields that differ", value=False, key="runs_cmp_only")
+    with ui.api_errors(stop=False):
+        full = [data.get(f"/runs/{i}") for i in chosen]
+        frame, differing = rl.compare_runs(full, only_differences=only)
+        st.caption(f"{len(differing)} field(s) differ (highlighted): {', '.join(differing[:12])}"
+                   f"{' …' if len(differing) > 12 else ''}")
+        st.dataframe(rl.style_differences(frame, differing), key="runs_cmp_table",
+                     height=min(900, 35 * (len(frame) + 1) + 5))

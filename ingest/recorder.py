@@ -1,0 +1,265 @@
+"""Torch recorder: measures a training loop and pushes it as one run record (DESIGN §2).
+
+    from ingest import Recorder
+    with Recorder({"name": "8b-dp16-tp4", "model_name": "llama3-8b", "model_params": 8_030_261_248,
+                   "seq_len": 8192, "tp": 4, "micro_batch_size": 1, "grad_accum_steps": 8,
+                   "precision": "bf16"}) as rec:
+        for batch in loader:
+            train_step(batch)                       # forward, backward, optimizer step
+            rec.step(tokens=mbs * gas * seq_len)    # after each optimizer step
+
+torch is imported here only (``import ingest`` stays standard-library only).
+
+What ``step(tokens)`` means
+---------------------------
+``tokens`` is the number of tokens in the batch that this rank's model replica consumed in the
+optimizer step: ``micro_batch_size × grad_accum_steps × seq_len`` of the rank's data-parallel shard.
+Ranks of one tensor/pipeline/context-parallel group pass the same number. The recorder turns it
+into the per-GPU throughput nanotron and Megatron report (global tokens per second / world size)::
+
+    tokens_per_sec_per_gpu = mean over ranks(timed tokens) / (tp · pp · cp) / max over ranks(timed seconds)
+
+so with pure data parallelism it is simply this rank's tokens per second.
+
+Measurement
+-----------
+* The first ``warmup_steps`` steps (compilation, allocator and NCCL warm-up) are not timed; the
+  window runs from the end of the last warm-up step to the end of the last step. At each step
+  boundary the device is synchronised (``torch.cuda.synchronize()`` on CUDA, nothing on CPU), as
+  nanotron's and Megatron's timers do. ``step_time_s`` = window seconds / timed steps.
+* Peak memory: ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` since ``__enter__``
+  (peak stats are reset there), in GiB (2³⁰ bytes), max over ranks; ``None`` on CPU.
+* With ``torch.distributed`` initialised, a successful exit joins two ``all_reduce`` calls on every
+  rank (MAX of seconds and memory, SUM of tokens and steps); only rank 0 pushes.
+* Filled in unless given in ``run_fields``: world_size and rank (torch.distributed, else the
+  WORLD_SIZE/RANK variables), gpus_per_node (LOCAL_WORLD_SIZE), nodes (world_size /
+  LOCAL_WORLD_SIZE), dp (world_size / (tp·pp·cp)), gpu_type (``torch.cuda.get_device_name``; the
+  server maps it to the catalog name), torch/CUDA/NCCL versions, framework ``"pytorch"``,
+  source ``"recorder"``, started_at, run_key (uuid4 hex, made at construction: ``rec.run_key``).
+  MFU is left to the server (``mfu_derived`` from model_params/dims and the hardware catalog).
+
+Failures
+--------
+An exception leaving the ``with`` block becomes ``status`` / ``error_class`` / ``error_message``:
+``torch.OutOfMemoryError`` or "CUDA out of memory" → ``oom`` / ``oom_gpu``; anything else is
+classified from its text by ``ingest.classify.classify_text`` (NCCL and torch.distributed errors →
+``nccl_error``, ``timeout``, ...; ``failed`` / ``unknown`` when unclassified or when that module is
+missing). The exception is always re-raised: recording never swallows a training failure. On this
+path no collective is issued (the other ranks may be blocked in a different one), so the values
+are this rank's, and only rank 0 pushes: a failure seen by another rank alone is not recorded
+here (import the job log with ``scalebook import log`` for that).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import time
+import uuid
+from typing import Any
+
+import torch
+
+from ingest.client import Client, PushResult
+
+log = logging.getLogger("scalebook.recorder")
+GIB = float(2**30)
+_MAX_MESSAGE = 4000
+
+
+def _env_int(name: str) -> int | None:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def classify_exception(exc: BaseException) -> tuple[str, str, str]:
+    """(status, error_class, error_message) for an exception that ended a training loop."""
+    message = f"{type(exc).__name__}: {exc}"[:_MAX_MESSAGE]
+    text = str(exc)
+    if isinstance(exc, torch.OutOfMemoryError) or "CUDA out of memory" in text:
+        return "oom", "oom_gpu", message
+    try:
+        from ingest.classify import classify_text
+    except ImportError:
+        return "failed", "unknown", message
+    try:
+        found = classify_text(f"{type(exc).__name__}: {text}")
+    except Exception:  # noqa: BLE001 - classification must never hide the training error
+        log.exception("scalebook: classify_text failed")
+        return "failed", "unknown", message
+    if found.error_class is None:
+        return "failed", "unknown", message
+    return found.status or "failed", found.error_class, message
+
+
+class Recorder:
+    """Context manager that times a training loop and pushes one run record on exit (module doc).
+
+    Args:
+        run_fields: DESIGN §2 fields of the run (name, model_*, seq_len, tp/pp/cp, batch, ...);
+            given values are never overwritten. ``extra`` is merged with the recorder's own.
+        client: the :class:`ingest.Client` to push with (default: ``Client()`` from the environment).
+        warmup_steps: leading steps excluded from timing (≥ 0).
+        push: False to only build ``rec.record`` (no network).
+
+    After exit: ``rec.record`` is the run record (on every rank; rank 0's is the one pushed) and
+    ``rec.result`` the :class:`ingest.PushResult` (rank 0 with ``push=True``, else None).
+    """
+
+    def __init__(self, run_fields: dict[str, Any], client: Client | None = None, warmup_steps: int = 2,
+                 push: bool = True):
+        if warmup_steps < 0:
+            raise ValueError("warmup_steps must be >= 0")
+        self.run_fields = dict(run_fields)
+        self.client = client
+        self.warmup_steps = int(warmup_steps)
+        self.push = push
+        self.run_key: str = str(self.run_fields.get("run_key") or uuid.uuid4().hex)
+        self.steps = 0
+        self.timed_steps = 0
+        self.timed_tokens = 0
+        self.record: dict[str, Any] | None = None
+        self.result: PushResult | None = None
+        self._cuda = torch.cuda.is_available()
+        self._t_start: float | None = None
+        self._t_last: float | None = None
+        self._started_at: _dt.datetime | None = None
+
+    # ------------------------------------------------------------------ loop
+    def __enter__(self) -> Recorder:
+        self._started_at = _dt.datetime.now(_dt.timezone.utc)
+        if self._cuda:
+            torch.cuda.reset_peak_memory_stats()
+        if self.warmup_steps == 0:
+            self._sync()
+            self._t_start = time.perf_counter()
+        return self
+
+    def step(self, tokens: int) -> None:
+        """Mark the end of one optimizer step that consumed `tokens` tokens (module doc)."""
+        self._sync()
+        now = time.perf_counter()
+        self.steps += 1
+        if self.steps <= self.warmup_steps:
+            if self.steps == self.warmup_steps:
+                self._t_start = now
+            return
+        self.timed_steps += 1
+        self.timed_tokens += int(tokens)
+        self._t_last = now
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            self.record = self._build(exc if exc_type is not None and not _clean_exit(exc) else None)
+        except Exception:  # noqa: BLE001 - never mask the training outcome
+            log.exception("scalebook: could not build the run record")
+            return False
+        if self.push and self._rank() == 0:
+            try:
+                self.result = (self.client or Client()).push(self.record)
+            except Exception:  # noqa: BLE001 - a strict client's error must not replace the training error
+                if exc_type is None:
+                    raise
+                log.exception("scalebook: push failed")
+        return False  # re-raise whatever left the block
+
+    # ------------------------------------------------------------------ helpers
+    def _sync(self) -> None:
+        if self._cuda:
+            torch.cuda.synchronize()
+
+    @staticmethod
+    def _dist():
+        dist = torch.distributed
+        return dist if dist.is_available() and dist.is_initialized() else None
+
+    def _rank(self) -> int:
+        dist = self._dist()
+        return dist.get_rank() if dist else (_env_int("RANK") or 0)
+
+    def _world_size(self) -> int:
+        dist = self._dist()
+        return dist.get_world_size() if dist else (_env_int("WORLD_SIZE") or 1)
+
+    def _memory(self) -> tuple[float | None, float | None]:
+        if not self._cuda:
+            return None, None
+        return torch.cuda.max_memory_allocated() / GIB, torch.cuda.max_memory_reserved() / GIB
+
+    def _reduce(self, seconds: float, peak: float | None, reserved: float | None) -> tuple[float, float, int, float | None, float | None]:
+        """(max seconds, mean tokens, min timed steps, max peak GiB, max reserved GiB) over ranks."""
+        dist = self._dist()
+        if dist is None:
+            return seconds, float(self.timed_tokens), self.timed_steps, peak, reserved
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        maxes = torch.tensor([seconds, peak or 0.0, reserved or 0.0, -float(self.timed_steps)],
+                             dtype=torch.float64, device=device)
+        sums = torch.tensor([float(self.timed_tokens)], dtype=torch.float64, device=device)
+        dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
+        dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+        m, s = maxes.tolist(), sums.tolist()
+        world = dist.get_world_size()
+        return (m[0], s[0] / world, int(-m[3]),
+                m[1] if peak is not None else None, m[2] if reserved is not None else None)
+
+    def _build(self, exc: BaseException | None) -> dict[str, Any]:
+        fields = self.run_fields
+        rec: dict[str, Any] = {"run_key": self.run_key, "source": "recorder", "framework": "pytorch"}
+        rec.update({k: v for k, v in fields.items() if v is not None and k != "extra"})
+        world = int(fields.get("world_size") or self._world_size())
+        local = _env_int("LOCAL_WORLD_SIZE")
+        mp = int(fields.get("tp") or 1) * int(fields.get("pp") or 1) * int(fields.get("cp") or 1)
+        defaults: dict[str, Any] = {
+            "started_at": self._started_at.isoformat() if self._started_at else None,
+            "world_size": world,
+            "gpus_per_node": local if local and fields.get("nodes") is None else None,
+            "nodes": world // local if local and world % local == 0 and fields.get("gpus_per_node") is None else None,
+            "dp": world // mp if world % mp == 0 else None,
+            "torch_version": torch.__version__,
+            "cuda_version": torch.version.cuda,
+            "nccl_version": _nccl_version() if self._cuda else None,
+            "gpu_type": torch.cuda.get_device_name() if self._cuda else None,
+        }
+        for key, value in defaults.items():
+            if rec.get(key) is None and value is not None:
+                rec[key] = value
+        seconds = (self._t_last - self._t_start) if self.timed_steps and self._t_start is not None else 0.0
+        peak, reserved = self._memory()
+        extra: dict[str, Any] = {"warmup_steps": self.warmup_steps, "steps": self.steps,
+                                 "timed_steps": self.timed_steps}
+        if exc is None:
+            seconds, mean_tokens, steps, peak, reserved = self._reduce(seconds, peak, reserved)
+            rec.setdefault("status", "success")
+            if steps > 0 and seconds > 0:
+                rec.setdefault("tokens_per_sec_per_gpu", mean_tokens / mp / seconds)
+                rec.setdefault("step_time_s", seconds / steps)
+            else:
+                log.warning("scalebook: %d step(s) recorded, %d warm-up: no throughput measured",
+                            self.steps, self.warmup_steps)
+        else:
+            status, error_class, message = classify_exception(exc)
+            rec["status"], rec["error_class"], rec["error_message"] = status, error_class, message
+            if self.timed_steps and seconds > 0:
+                extra["tokens_per_sec_per_gpu_before_failure"] = self.timed_tokens / mp / seconds
+        if peak is not None:
+            rec.setdefault("peak_memory_gib", peak)
+        if reserved is not None:
+            rec.setdefault("reserved_memory_gib", reserved)
+        rec["extra"] = {**extra, **(fields.get("extra") or {})}
+        return rec
+
+
+def _clean_exit(exc: BaseException | None) -> bool:
+    """SystemExit(0) / SystemExit(None) leaving the block is a normal end, not a failure."""
+    return isinstance(exc, SystemExit) and exc.code in (0, None)
+
+
+def _nccl_version() -> str | None:
+    try:
+        v = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 - CPU builds have no NCCL
+        return None
+    return ".".join(str(p) for p in v) if isinstance(v, tuple) else str(v)

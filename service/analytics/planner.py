@@ -1,0 +1,202 @@
+"""GPU planner: how many GPUs to train N parameters on T tokens in D days (DESIGN §4).
+
+Compute budget (Kaplan et al. 2020 / Chinchilla's C ≈ 6·N·D training FLOPs; the SmolLM3 blog and the
+Ultra-Scale Playbook size clusters this way):
+
+    GPUs = 6 · N · tokens / (peak_flops_per_gpu · MFU · seconds)
+
+With the SmolLM3 inputs (3B parameters, 11T tokens, 28 days, 720 TFLOP/s, 30 % MFU):
+6·3e9·11e12 / (720e12·0.30·28·86400) = 378.9 → 379 GPUs.
+
+- MFU: `mfu` when given; else taken from the nearest recorded successful run with an MFU
+  (coalesce(mfu_derived, mfu)): nearest by |ln(size class / target size class)| + a hardware penalty
+  (0 same gpu_type or none asked, 0.5 same vendor, 1 otherwise); within the nearest, the highest MFU
+  (a tuned configuration, as the heatmap's best cell), then the most nodes, then the lowest id.
+- Peak: `peak_tflops` when given; else the hardware catalog's dense peak for gpu_type
+  (service/hardware.py, bf16 by default) — gpu_type defaults to the MFU run's when not given.
+- Efficiency at scale: the Amdahl fit of the MFU run's size class (service/analytics/scaling.py), when
+  it has one, predicts the efficiency at the planned node count relative to the node count the MFU was
+  measured at; `gpus_at_predicted_efficiency` is the count that compensates that loss.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from service import hardware
+from service.analytics import scaling as sc
+from service.analytics.recommend import parse_model_params
+from service.derive import model_size_class
+from service.errors import BadRequest, NotFound
+from service.tables import Run
+
+SECONDS_PER_DAY = 86_400.0
+_TOKENS = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtTpP]?)\s*$")
+_TOKEN_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
+
+
+def parse_tokens(value: str | int | float) -> int:
+    """'11T' | '1.5e12' | '500B' | 15000000000 → a token count (int). K/M/B(G)/T/P suffixes are powers of
+    1,000. Raises BadRequest naming the value when it cannot be read or is not positive."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        n = float(value)
+    else:
+        m = _TOKENS.match(str(value).replace(",", "").replace("_", ""))
+        if not m:
+            raise BadRequest(f"tokens '{value}' is not a count like 11T, 1e12 or 500B",
+                             [{"field": "tokens", "value": value, "message": "unparseable token count"}])
+        n = float(m.group(1)) * _TOKEN_SCALE[m.group(2).lower()]
+    if not math.isfinite(n) or n < 1:
+        raise BadRequest(f"tokens '{value}' must be a positive count",
+                         [{"field": "tokens", "value": value, "message": "must be positive"}])
+    return int(round(n))
+
+
+def _hw_penalty(target: hardware.Accelerator | None, gpu: str | None) -> float:
+    if target is None:
+        return 0.0
+    acc = hardware.lookup(gpu)
+    if acc is not None and acc.name == target.name:
+        return 0.0
+    if acc is not None and acc.vendor == target.vendor:
+        return 0.5
+    return 1.0
+
+
+def nearest_mfu_run(session: Session, size_class: float, gpu_type: str | None) -> tuple[Run, float, float] | None:
+    """The recorded successful run whose MFU the planner uses: (run, its MFU, distance), or None.
+
+    Distance = |ln(run size class / size_class)| + hardware penalty (see module docstring)."""
+    mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
+    groups = session.execute(
+        sa.select(Run.model_size_class, Run.gpu_type, sa.func.max(mfu).label("best"))
+        .where(Run.status == "success", mfu.is_not(None), mfu > 0, Run.model_size_class > 0)
+        .group_by(Run.model_size_class, Run.gpu_type)).all()
+    if not groups:
+        return None
+    target = hardware.lookup(gpu_type) if gpu_type else None
+    scored = sorted(groups, key=lambda g: (abs(math.log(g.model_size_class / size_class))
+                                           + _hw_penalty(target, g.gpu_type), -g.best, str(g.gpu_type)))
+    g = scored[0]
+    cond_gpu = Run.gpu_type.is_(None) if g.gpu_type is None else Run.gpu_type == g.gpu_type
+    run = session.scalars(sa.select(Run).where(Run.status == "success", Run.model_size_class == g.model_size_class,
+                                               cond_gpu, mfu.is_not(None))
+                          .order_by(mfu.desc(), Run.nodes.desc(), Run.id).limit(1)).first()
+    distance = abs(math.log(g.model_size_class / size_class)) + _hw_penalty(target, g.gpu_type)
+    return run, float(run.mfu_derived if run.mfu_derived is not None else run.mfu), distance
+
+
+def plan(session: Session, *, model_params: str | int, tokens: str | int | float, days: float,
+         gpu_type: str | None = None, mfu: float | None = None, peak_tflops: float | None = None,
+         gpus_per_node: int = 8, precision: str = "bf16") -> dict[str, Any]:
+    """GPUs, nodes and GPU-hours to train `model_params` on `tokens` in `days` (see module docstring).
+
+    Units: peak_tflops TFLOP/s per GPU (dense), mfu a fraction in (0, 1], days wall-clock days.
+    Returns {"model_params", "model_size_class", "tokens", "days", "gpu_type", "gpus_per_node", "mfu",
+    "mfu_source" ("given" | "nearest run #id (size class, nodes, gpu)"), "mfu_run", "peak_tflops",
+    "peak_source" ("given" | "catalog: <entry> (<source>)"), "total_flops", "gpus_exact", "gpus" (ceil),
+    "nodes" (ceil(gpus / gpus_per_node)), "gpu_hours" (gpus × 24 × days), "gpu_hours_compute"
+    (total_flops / (peak·MFU) / 3600), "efficiency" {...} | None, "formula", "notes"}.
+    Raises BadRequest for unreadable or out-of-range inputs, an unknown GPU without peak_tflops, or no
+    MFU (none given and no recorded run has one).
+    """
+    n_params = parse_model_params(model_params)
+    n_tokens = parse_tokens(tokens)
+    if not (isinstance(days, (int, float)) and math.isfinite(days) and days > 0):
+        raise BadRequest("days must be > 0", [{"field": "days", "value": days, "message": "must be > 0"}])
+    if mfu is not None and not (0 < mfu <= 1):
+        raise BadRequest("mfu is a fraction in (0, 1] (30 % → 0.30)",
+                         [{"field": "mfu", "value": mfu, "message": "must be in (0, 1]"}])
+    if peak_tflops is not None and not (math.isfinite(peak_tflops) and peak_tflops > 0):
+        raise BadRequest("peak_tflops must be > 0", [{"field": "peak_tflops", "value": peak_tflops,
+                                                      "message": "must be > 0"}])
+    if gpus_per_node < 1:
+        raise BadRequest("gpus_per_node must be >= 1", [{"field": "gpus_per_node", "value": gpus_per_node,
+                                                         "message": "must be >= 1"}])
+    size_class = model_size_class(n_params)
+    notes: list[str] = []
+    canonical_gpu = hardware.canonical_gpu_type(gpu_type) if gpu_type else None
+    if gpu_type and canonical_gpu is None and peak_tflops is None:
+        raise BadRequest(f"gpu_type '{gpu_type}' is not in the hardware catalog: pass peak_tflops, or one of "
+                         f"{', '.join(a.name for a in hardware.CATALOG)}",
+                         [{"field": "gpu_type", "value": gpu_type, "message": "unknown GPU type"}])
+
+    mfu_run = None
+    if mfu is not None:
+        mfu_source = "given"
+    else:
+        found = nearest_mfu_run(session, size_class, canonical_gpu or gpu_type)
+        if found is None:
+            raise BadRequest("no recorded successful run has an MFU to plan with: pass mfu (e.g. 0.35)",
+                             [{"field": "mfu", "value": None, "message": "required: no recorded MFU"}])
+        run, mfu, distance = found
+        mfu_run = {"id": run.id, "model_size_class": run.model_size_class, "nodes": run.nodes,
+                   "gpu_type": run.gpu_type, "mfu": mfu, "distance": round(distance, 4)}
+        mfu_source = f"nearest run #{run.id} ({run.model_size_class:g}B, {run.nodes} nodes, {run.gpu_type or '?'})"
+        if gpu_type is None and run.gpu_type:
+            canonical_gpu = hardware.canonical_gpu_type(run.gpu_type)
+            notes.append(f"gpu_type not given: using the MFU run's {run.gpu_type}")
+
+    if peak_tflops is not None:
+        peak_source = "given"
+    else:
+        acc = hardware.lookup(canonical_gpu)
+        if acc is None:
+            raise BadRequest("pass gpu_type (a catalog entry) or peak_tflops to know the peak FLOP/s",
+                             [{"field": "gpu_type", "value": gpu_type, "message": "needed for the peak"}])
+        peak_tflops = hardware.peak_tflops(acc.name, precision)
+        peak_source = f"catalog: {acc.name} {hardware.canonical_precision(precision) or 'bf16'} dense ({acc.source})"
+
+    seconds = days * SECONDS_PER_DAY
+    total_flops = 6.0 * n_params * n_tokens
+    gpus_exact = total_flops / (peak_tflops * 1e12 * mfu * seconds)
+    gpus = max(1, math.ceil(gpus_exact - 1e-9))
+    nodes = math.ceil(gpus / gpus_per_node)
+    result = {
+        "model_params": n_params, "model_size_class": size_class, "tokens": n_tokens, "days": days,
+        "gpu_type": canonical_gpu or gpu_type, "gpus_per_node": gpus_per_node,
+        "mfu": mfu, "mfu_source": mfu_source, "mfu_run": mfu_run,
+        "peak_tflops": peak_tflops, "peak_source": peak_source,
+        "total_flops": total_flops, "gpus_exact": gpus_exact, "gpus": gpus, "nodes": nodes,
+        "gpu_hours": gpus * 24.0 * days, "gpu_hours_compute": total_flops / (peak_tflops * 1e12 * mfu) / 3600.0,
+        "formula": "GPUs = 6·N·tokens / (peak · MFU · time)",
+        "efficiency": None, "notes": notes,
+    }
+    result["efficiency"] = _efficiency(session, mfu_run, size_class, canonical_gpu, nodes, gpus, notes)
+    return result
+
+
+def _efficiency(session: Session, mfu_run: dict | None, size_class: float, gpu: str | None, nodes: int,
+                gpus: int, notes: list[str]) -> dict[str, Any] | None:
+    """Amdahl-predicted efficiency at `nodes` from the scaling fit of the nearest measured size class."""
+    fit_class = mfu_run["model_size_class"] if mfu_run else size_class
+    fit_gpu = (mfu_run or {}).get("gpu_type") or gpu
+    try:
+        curve = sc.scaling(session, fit_class, gpu_type=fit_gpu)
+    except NotFound:
+        curve = None
+    fit = (curve or {}).get("amdahl")
+    if not fit:
+        notes.append(f"no scaling fit for {fit_class:g}B{' on ' + fit_gpu if fit_gpu else ''} (needs successful "
+                     "runs at two or more node counts): efficiency loss at this scale not estimated")
+        return None
+    eff_target = sc.predicted_efficiency(fit, nodes)
+    ref_nodes = (mfu_run or {}).get("nodes") or fit["base_nodes"]
+    eff_ref = sc.predicted_efficiency(fit, ref_nodes)
+    relative = eff_target / eff_ref if eff_ref else None
+    if nodes > 4 * max(p["nodes"] for p in curve["points"]):
+        notes.append(f"{nodes} nodes is far beyond the measured {max(p['nodes'] for p in curve['points'])}: "
+                     "the efficiency is an Amdahl extrapolation")
+    return {
+        "source": f"Amdahl fit of {fit_class:g}B{' on ' + fit_gpu if fit_gpu else ''} "
+                  f"({fit['n_points']} node counts, base {fit['base_nodes']})",
+        "serial_fraction": fit["serial_fraction"], "serial_fraction_stderr": fit["serial_fraction_stderr"],
+        "predicted_efficiency": eff_target, "reference_nodes": ref_nodes,
+        "relative_to_reference": relative,
+        "gpus_at_predicted_efficiency": math.ceil(gpus / relative - 1e-9) if relative else None,
+    }

@@ -1,0 +1,227 @@
+"""Scaling across node counts for one model size class, and its Amdahl's-law fit (DESIGN §4).
+
+For a model size class (billions, 2 significant figures; service/derive.py) the best successful run
+per node count is taken (highest metric; ties → lower id), and
+
+- per-GPU throughput `tokens_per_sec_per_gpu` (tokens/s per GPU) and aggregate throughput
+  `aggregate_tokens_per_sec = tokens_per_sec_per_gpu × world_size` (tokens/s);
+- `efficiency(n)` = per-GPU metric at n nodes / per-GPU metric at the smallest node count n₀ (1 = linear);
+- `speedup(n)` = aggregate metric at n / aggregate metric at n₀ (aggregate metric = per-GPU metric × world size).
+
+Amdahl's law (G. M. Amdahl, "Validity of the single processor approach to achieving large scale
+computing capabilities", AFIPS Spring Joint Computer Conference 1967, pp. 483–485):
+
+    speedup(n) = 1 / (s + (1 − s) / n),   n = nodes / n₀ (the smallest measured node count)
+
+`fit_amdahl` finds the serial fraction s ∈ [0, 1] by least squares on the measured speedups (a
+bounded one-parameter minimisation: a log-spaced grid, then golden-section refinement; numpy only).
+Its standard error is the asymptotic one of nonlinear least squares (as scipy's curve_fit reports
+it): var(s) = σ² / Σ J², J = ∂speedup/∂s = −(1 − 1/n) / (s + (1 − s)/n)², σ² = RSS / dof with
+dof = n_points − 2 (one parameter, and the base point is fixed at speedup 1 by normalisation).
+R² = 1 − RSS/TSS on the speedups. Where more GPUs stop paying: the speedup never exceeds
+`max_speedup = 1/s` (× the base throughput), and efficiency = 1 / (s·n + 1 − s) falls to 50 % at
+n = 1 + 1/s, reported in nodes as `nodes_at_50pct_efficiency = n₀ · (1 + 1/s)`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from service import hardware
+from service.analytics.heatmap import METRICS, metric_expr
+from service.errors import BadRequest, NotFound
+from service.tables import Run
+
+CONFIG_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def amdahl_speedup(n_rel: float | np.ndarray, s: float) -> float | np.ndarray:
+    """Amdahl speedup on n_rel times the base resources with serial fraction s (dimensionless)."""
+    return 1.0 / (s + (1.0 - s) / n_rel)
+
+
+def amdahl_efficiency(n_rel: float, s: float) -> float:
+    """Amdahl efficiency speedup/n = 1 / (s·n + 1 − s) at n_rel times the base resources."""
+    return 1.0 / (s * n_rel + 1.0 - s)
+
+
+def fit_amdahl(n_rel: Sequence[float], speedup: Sequence[float]) -> dict[str, Any]:
+    """Least-squares fit of Amdahl's serial fraction to measured speedups.
+
+    `n_rel`: resources relative to the base (base = 1); `speedup`: measured speedups (base = 1).
+    Needs at least two distinct n_rel (raises ValueError otherwise). Returns {"serial_fraction",
+    "serial_fraction_stderr" (None with < 3 points), "r2" (None when the speedups do not vary),
+    "max_speedup" (1/s; None for s = 0), "n_rel_at_50pct_efficiency" (1 + 1/s; None for s = 0),
+    "rss", "n_points", "at_bound" (s clipped to 0 or 1: superlinear or no speedup at all)}.
+    """
+    n = np.asarray(n_rel, dtype=float)
+    y = np.asarray(speedup, dtype=float)
+    if n.shape != y.shape or len(np.unique(n)) < 2 or not (np.all(np.isfinite(n)) and np.all(np.isfinite(y))):
+        raise ValueError("need at least two distinct, finite resource counts")
+
+    def rss(s: float) -> float:
+        return float(np.sum((y - amdahl_speedup(n, s)) ** 2))
+
+    grid = np.concatenate(([0.0], np.logspace(-7, 0, 1401)))
+    values = np.array([rss(s) for s in grid])
+    i = int(np.argmin(values))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    a, b = lo + (1 - _GOLDEN) * (hi - lo), lo + _GOLDEN * (hi - lo)
+    fa, fb = rss(a), rss(b)
+    for _ in range(200):
+        if hi - lo < 1e-13:
+            break
+        if fa < fb:
+            hi, b, fb = b, a, fa
+            a = lo + (1 - _GOLDEN) * (hi - lo)
+            fa = rss(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + _GOLDEN * (hi - lo)
+            fb = rss(b)
+    candidates = [(values[i], grid[i]), (fa, a), (fb, b)]
+    best_rss, s = min(candidates)
+    s = float(min(max(s, 0.0), 1.0))
+    best_rss = rss(s)
+
+    dof = len(n) - 2
+    jac = -(1.0 - 1.0 / n) / (s + (1.0 - s) / n) ** 2
+    sjj = float(np.sum(jac ** 2))
+    stderr = math.sqrt(best_rss / dof / sjj) if dof > 0 and sjj > 0 else None
+    tss = float(np.sum((y - y.mean()) ** 2))
+    return {
+        "serial_fraction": s,
+        "serial_fraction_stderr": stderr,
+        "r2": 1.0 - best_rss / tss if tss > 0 else None,
+        "max_speedup": 1.0 / s if s > 0 else None,
+        "n_rel_at_50pct_efficiency": 1.0 + 1.0 / s if s > 0 else None,
+        "rss": best_rss,
+        "n_points": int(len(n)),
+        "at_bound": s <= 0.0 or s >= 1.0,
+    }
+
+
+def _most_common(session: Session, column, conds: list) -> tuple[Any, int]:
+    rows = session.execute(sa.select(column, sa.func.count()).where(*conds, column.is_not(None))
+                           .group_by(column)).all()
+    if not rows:
+        return None, 0
+    counts = Counter({r[0]: r[1] for r in rows})
+    value = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))[0][0]
+    return value, len(counts)
+
+
+def scaling(session: Session, size_class: float, *, gpu_type: str | None = None, seq_len: int | None = None,
+            metric: str = "tokens_per_sec_per_gpu") -> dict[str, Any]:
+    """Best successful run per node count for one model size class, and the Amdahl fit.
+
+    `size_class`: billions (2 significant figures, as stored in runs.model_size_class); `gpu_type`
+    any catalog alias; `metric`: tokens_per_sec_per_gpu | mfu (coalesce(mfu_derived, mfu)).
+    When gpu_type / seq_len are not given and the class was measured on several, the one with the
+    most successful runs is used (said in `notes`) so that curves are not mixed.
+
+    Returns {"model_size_class", "metric", "gpu_type", "seq_len", "points": [{"nodes", "world_size",
+    "tokens_per_sec_per_gpu", "aggregate_tokens_per_sec", "mfu", "value", "efficiency", "speedup",
+    "best_run_id", "config"}], "amdahl": {"serial_fraction", "serial_fraction_stderr", "r2",
+    "max_speedup", "nodes_at_50pct_efficiency", "n_points", "base_nodes", "method"} | None,
+    "amdahl_reason": str | None, "notes": [str]}. Raises NotFound when no successful run of the class
+    (with these filters) has the metric; BadRequest for an unknown metric.
+    """
+    if metric not in METRICS:
+        raise BadRequest(f"unknown metric '{metric}'; one of {', '.join(METRICS)}",
+                         [{"field": "metric", "value": metric, "message": "unknown metric"}])
+    value = metric_expr(metric)
+    notes: list[str] = []
+    conds = [Run.status == "success", Run.model_size_class == size_class, Run.nodes.is_not(None), value.is_not(None)]
+    if gpu_type:
+        conds.append(Run.gpu_type == (hardware.canonical_gpu_type(gpu_type) or gpu_type))
+    else:
+        gpu_type, k = _most_common(session, Run.gpu_type, conds)
+        if k > 1:
+            notes.append(f"runs of this size class were measured on {k} GPU types; using {gpu_type} "
+                         "(the most runs): pass gpu_type to choose")
+        if gpu_type:
+            conds.append(Run.gpu_type == gpu_type)
+    if seq_len:
+        conds.append(Run.seq_len == seq_len)
+    else:
+        seq_len, k = _most_common(session, Run.seq_len, conds)
+        if k > 1:
+            notes.append(f"runs were measured at {k} sequence lengths; using {seq_len} (the most runs): "
+                         "pass seq_len to choose")
+        if seq_len:
+            conds.append(Run.seq_len == seq_len)
+
+    ranked = sa.select(
+        Run.id, sa.func.row_number().over(partition_by=Run.nodes, order_by=(value.desc(), Run.id)).label("rank"),
+    ).where(*conds).subquery()
+    best = list(session.scalars(sa.select(Run).where(Run.id.in_(sa.select(ranked.c.id).where(ranked.c.rank == 1)))
+                                .order_by(Run.nodes)))
+    if not best:
+        raise NotFound(f"no successful run of model size class {size_class:g}B"
+                       f"{' on ' + gpu_type if gpu_type else ''}{f' at seq_len {seq_len}' if seq_len else ''} "
+                       f"with {metric}", [{"field": "model_params", "value": size_class, "message": "no runs"}])
+    if len({r.gpus_per_node for r in best}) > 1:
+        notes.append("the best runs use different GPUs per node; speedups follow nodes as asked, "
+                     "efficiencies compare per-GPU values")
+
+    def metric_of(run: Run) -> float:
+        return float(run.tokens_per_sec_per_gpu if metric == "tokens_per_sec_per_gpu"
+                     else (run.mfu_derived if run.mfu_derived is not None else run.mfu))
+
+    base = best[0]
+    base_world = base.world_size or (base.nodes * (base.gpus_per_node or 1))
+    base_agg = metric_of(base) * base_world
+    points = []
+    for run in best:
+        world = run.world_size or (run.nodes * (run.gpus_per_node or 1))
+        tps = run.tokens_per_sec_per_gpu
+        points.append({
+            "nodes": run.nodes, "world_size": world, "tokens_per_sec_per_gpu": tps,
+            "aggregate_tokens_per_sec": tps * world if tps is not None else None,
+            "mfu": run.mfu_derived if run.mfu_derived is not None else run.mfu,
+            "value": metric_of(run),
+            "efficiency": metric_of(run) / metric_of(base) if metric_of(base) else None,
+            "speedup": metric_of(run) * world / base_agg if base_agg else None,
+            "best_run_id": run.id,
+            "config": {f: getattr(run, f) for f in CONFIG_FIELDS},
+        })
+
+    amdahl, reason = None, None
+    usable = [p for p in points if p["speedup"] is not None]
+    if len(usable) < 2:
+        reason = (f"only {len(usable)} node count measured ({base.nodes}); Amdahl's law needs at least two"
+                  if usable else "no usable points")
+    else:
+        fit = fit_amdahl([p["nodes"] / base.nodes for p in usable], [p["speedup"] for p in usable])
+        s = fit["serial_fraction"]
+        amdahl = {
+            "serial_fraction": s, "serial_fraction_stderr": fit["serial_fraction_stderr"], "r2": fit["r2"],
+            "max_speedup": fit["max_speedup"],
+            "nodes_at_50pct_efficiency": base.nodes * fit["n_rel_at_50pct_efficiency"] if s > 0 else None,
+            "n_points": fit["n_points"], "base_nodes": base.nodes,
+            "method": "least squares on speedup vs nodes/base_nodes, s bounded to [0, 1] (Amdahl 1967)",
+        }
+        if fit["serial_fraction_stderr"] is None:
+            notes.append("two node counts determine s exactly: no standard error (measure a third)")
+        if s <= 0:
+            notes.append("superlinear or perfectly linear scaling measured: serial fraction at its bound 0, "
+                         "no limit in sight within the measured range")
+    return {"model_size_class": size_class, "metric": metric, "gpu_type": gpu_type, "seq_len": seq_len,
+            "points": points, "amdahl": amdahl, "amdahl_reason": reason, "notes": notes}
+
+
+def predicted_efficiency(fit: dict[str, Any], nodes: float) -> float | None:
+    """Amdahl efficiency at `nodes` relative to the fit's base node count (1 at the base); None
+    without a fit. `fit` is the "amdahl" object of `scaling()`."""
+    if not fit or fit.get("serial_fraction") is None:
+        return None
+    return amdahl_efficiency(nodes / fit["base_nodes"], fit["serial_fraction"])
