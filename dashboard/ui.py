@@ -122,6 +122,15 @@ def date_range(bounds: list[date], prefix: str) -> dict[str, str | None]:
     return opt.date_bounds(after, before)
 
 
+def reset_on_change(tag: str, signature: Any, values: dict[str, Any]) -> None:
+    """Set widget ``values`` (by key) whenever ``signature`` differs from the last run's (e.g. the
+    runs on the page changed): defaults that follow the data, edits that stand until it changes."""
+    marker = f"_sig_{tag}"
+    if st.session_state.get(marker) != repr(signature):
+        st.session_state[marker] = repr(signature)
+        st.session_state.update(values)
+
+
 def csv_download(label: str, csv_text: str | Callable[[], str], file_name: str, key: str) -> None:
     """A CSV download button (``csv_text`` may be a callable, then built only when clicked)."""
     st.download_button(label, data=csv_text, file_name=file_name, mime="text/csv", key=key, icon=":material/download:",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -56,6 +57,23 @@ def test_every_labelled_line(line, label):
     assert classify_line(line) == label
 
 
+def _mutate(line: str) -> list[str]:
+    """The same message from another rank/host/PID/size/version/port: every number changed, every
+    host-like token replaced, another rank prefix."""
+    numbers = re.sub(r"\d+", lambda m: str(int(m.group()) * 3 + 11), line)
+    hosts = re.sub(r"\b[a-z][a-z0-9-]*\d[a-z0-9-]*\b", "hgx-b200-0042", numbers)
+    ranks = re.sub(r"\[rank\d+\]", "[rank63]", hosts)
+    return [numbers, hosts, ranks]
+
+
+MUTATED = [(m, label) for line, label in LABELLED for m in _mutate(line)]
+
+
+@pytest.mark.parametrize("line,label", MUTATED, ids=[f"mut{i}-{lab}" for i, (_, lab) in enumerate(MUTATED)])
+def test_labelled_line_from_another_rank_host_and_size(line, label):
+    assert classify_line(line) == label
+
+
 # --- unseen variants: other ranks, hosts, timestamps, sizes, versions, paths, wording ----------
 VARIANTS: dict[str, list[str]] = {
     "collective_timeout": [
@@ -99,6 +117,9 @@ VARIANTS: dict[str, list[str]] = {
         "node-2:411:598 [2] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.1.7.22<46601> failed : "
         "Software caused connection abort",
         "gpu-12:77:301 [0] transport/net_ib.cc:1083 NCCL WARN NET/IB : mlx5_2:1 Got async event : port error",
+        "NET/IBP:Got completion from peer 7.6.13.83<36315> with status=12 opcode=32698 len=32696 vendor err 129 (Send)",
+        "ip-10-1-2-3:4411:4590 [2] nccl_net_ofi_rdma.c:1520 NCCL WARN NET/OFI Request 0x7f3c2c0b8e40 completed with "
+        "error. RC: 103. Error: 103 (Software caused connection abort). Completed length: 0",
     ],
     "nccl_remote_error": [
         "[rank6]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
@@ -272,11 +293,13 @@ NOT_ERRORS = [
     "NCCL version 2.21.5+cuda12.4",
     "gpu-12:77:301 [0] transport/net_ib.cc:1083 NCCL WARN NET/IB : mlx5_0:1 Got async event : GID table change",
     # benign NCCL WARN: plugin discovery and retries
-    "gpu-st-p5-002:91822:92001 [5] NCCL WARN NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.",
+    "gpu-st-p5-002:91822:92001 [5] NCCL WARN NET/Plugin: Could not find: libnccl-net.so. "
+    "Using internal network plugin.",
     "node-7:4412:4412 [0] NCCL WARN NET/Plugin : No plugin found (libnccl-net.so), using internal implementation",
     "node-7:4412:4590 [0] misc/socket.cc:456 NCCL WARN Call to connect returned Connection refused, retrying",
     # torch warnings printed by healthy runs (TCPStore retries, teardown)
-    "[W socket.cpp:663] [c10d] The client socket has failed to connect to [node-1]:29500 (errno: 22 - Invalid argument).",
+    "[W socket.cpp:663] [c10d] The client socket has failed to connect to [node-1]:29500 "
+    "(errno: 22 - Invalid argument).",
     '[rank7]:[W1120 01:13:20.892421310 ProcessGroupNCCL.cpp:1662] [PG ID 0 PG GUID 0(default_pg) Rank 7] Failed to '
     'check the "should dump" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: '
     "Connection reset by peer",
@@ -314,7 +337,8 @@ TIMEOUT = ("[rank0]:[E1108 03:37:01.613220094 ProcessGroupNCCL.cpp:616] [Rank 0]
            "ran for 1800091 milliseconds before timing out.")
 CLOSED = "node-a:1:2 [2] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer node-b<48211>"
 ILLEGAL = "[rank9]: RuntimeError: CUDA error: an illegal memory access was encountered"
-SHM = "n1:9621:9691 [6] misc/shmutils.cc:112 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x (size 1)"
+SHM = ("n1:9621:9691 [6] misc/shmutils.cc:112 NCCL WARN Error while creating shared memory segment "
+       "/dev/shm/nccl-x (size 1)")
 TIME_LIMIT = "slurmstepd: error: *** JOB 4812377 ON nid005123 CANCELLED AT 2025-02-14T02:04:12 DUE TO TIME LIMIT ***"
 TRACEBACK = "[default3]:Traceback (most recent call last):"
 GENERIC = "[default3]:KeyError: 'input_ids'"
@@ -425,3 +449,11 @@ def test_main_root_cause(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.StringIO(f"{INFO}\n"))
     assert main(["--root-cause"]) == 0
     assert capsys.readouterr().out == "none\n"
+
+
+def test_ansi_colours_are_ignored():
+    red, reset = "\x1b[1;31m", "\x1b[0m"
+    assert classify_line(f"{red}Traceback (most recent call last):{reset}") == "unknown"
+    assert classify_line(f"{red}{OOM}{reset}") == "oom_gpu"
+    result = classify_text(f"{INFO}\n{red}{TIMEOUT}{reset}\n")
+    assert (result.error_class, result.line, result.line_no) == ("collective_timeout", TIMEOUT, 2)

@@ -1,8 +1,8 @@
 """Training-log parser (ingest/parsers/logs.py) on the fixtures in tests/data/logs/.
 
 Every expected number below was computed by hand from the fixture; the comments show how.
-Warm-up rule: of n training records the first min(3, n // 2) are dropped, the median of the rest
-is reported.
+Warm-up rule: of n distinct logged steps the first min(3, n // 2) are dropped, the median of the
+rest is reported.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ EXPECTED: dict[str, dict] = {
         "dp": 8,
         "tp": 1,
         "pp": 1,
+        "world_size": 8 * 1 * 1,
         "zero_stage": 0,
         "hidden_size": 2048,
         "num_layers": 16,
@@ -211,8 +212,8 @@ def test_network_error_beats_the_later_watchdog_timeouts():
 def test_extra():
     extra = parse_log(read("nanotron_success.log"))["extra"]
     assert extra["log_format"] == "nanotron"
-    assert extra["records_logged"] == 10
-    assert extra["warmup_records_skipped"] == 3
+    assert extra["steps_logged"] == 10
+    assert extra["warmup_steps_skipped"] == 3
     assert (extra["first_step"], extra["last_step"]) == (1, 10)
     assert extra["hardware_tflops_per_gpu"] == pytest.approx(387.0)
     assert extra["last_loss"] == pytest.approx(8.71)
@@ -296,3 +297,27 @@ def test_ingest_imports_with_the_standard_library_only():
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(REPO)], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == ""
+
+
+def test_every_rank_printing_its_step_lines():
+    """Without torchrun --local-ranks-filter each rank prints its own step line: warm-up is counted in
+    steps, not lines, and the median runs over every rank's records."""
+    lines = []
+    for step, tps in ((1, 900), (10, 5000), (20, 5010), (30, 5020), (40, 5030)):
+        for rank in range(4):
+            lines.append(f"[rank{rank}]:[titan] 2025-03-11 09:13:10,561 - root - INFO - step: {step:2}  loss:  7.6129  "
+                         f"memory: 62.15GiB(78.50%)  tps: {tps + rank:,}  tflops: 334.21  mfu: 33.79%")
+    record = parse_log("\n".join(lines))
+    # 5 steps -> skip 2 (steps 1 and 10); steps 20, 30, 40 x ranks 0..3 = 5010..5013, 5020..5023,
+    # 5030..5033: the 6th and 7th of these 12 values are 5021 and 5022
+    assert record["extra"]["warmup_steps_skipped"] == 2
+    assert record["tokens_per_sec_per_gpu"] == pytest.approx((5021 + 5022) / 2)
+
+
+def test_torchtitan_mesh_with_unknown_dimensions_sets_no_parallel_sizes():
+    text = read("torchtitan_success.log").replace(
+        "Building 1-D device mesh with ['dp_shard'], [8]",
+        "Building 2-D device mesh with ['dp_shard_mod_ep', 'ep'], [2, 4]")
+    record = parse_log(text)
+    assert record["extra"]["device_mesh"] == {"dp_shard_mod_ep": 2, "ep": 4}
+    assert not {"dp", "world_size"} & set(record)

@@ -16,28 +16,39 @@ from dashboard.logic import recommend as rec
 from dashboard.logic.fmt import config_label, pct
 
 
+def _prefill(key: str, defaults: dict[str, Any], gpu_types: list[str]) -> None:
+    """Put ``defaults`` into the form's widgets whenever they change (e.g. another heatmap cell was
+    picked); the user's edits stand until then."""
+    signature = repr(sorted(defaults.items()))
+    if st.session_state.get(f"{key}_defaults") == signature:
+        return
+    st.session_state[f"{key}_defaults"] = signature
+    gpu = defaults.get("gpu_type")
+    st.session_state.update({
+        f"{key}_model": str(defaults.get("model") or "8B"), f"{key}_nodes": int(defaults.get("nodes") or 8),
+        f"{key}_gpn": int(defaults.get("gpus_per_node") or 8), f"{key}_gpu": gpu if gpu in gpu_types else "any",
+        f"{key}_seq": int(defaults.get("seq_len") or 0), f"{key}_gbt": int(defaults.get("global_batch_tokens") or 0),
+        f"{key}_k": int(st.session_state.get(f"{key}_k") or 5),
+    })
+
+
 def form(key: str, options: dict[str, list[Any]], defaults: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """Render the form; returns the query of the last submission (None before the first one)."""
-    d = defaults or {}
+    """Render the form (prefilled from ``defaults``); returns the query of the last submission
+    (None before the first one)."""
     gpu_types = ["any", *options.get("gpu_type", [])]
-    gpu_default = d.get("gpu_type") if d.get("gpu_type") in gpu_types else "any"
+    _prefill(key, defaults or {}, gpu_types)
     with st.form(key=f"{key}_form", border=True):
         c = st.columns([1.1, 0.8, 0.8, 1.6, 1, 1.3, 0.7])
-        model = c[0].text_input("Model size", value=d.get("model", "8B"), key=f"{key}_model",
-                                help="parameters: 8B, 1.34B, 70e9, 8030261248")
-        nodes = c[1].number_input("Nodes", min_value=1, value=int(d.get("nodes", 8)), step=1, key=f"{key}_nodes")
-        gpn = c[2].number_input("GPUs/node", min_value=1, value=int(d.get("gpus_per_node", 8)), step=1,
-                                key=f"{key}_gpn")
-        gpu = c[3].selectbox("GPU type", gpu_types, index=gpu_types.index(gpu_default), key=f"{key}_gpu",
-                             accept_new_options=True)
-        seq = c[4].number_input("Seq len (0 = any)", min_value=0, value=int(d.get("seq_len") or 0), step=1024,
-                                key=f"{key}_seq")
-        gbt = c[5].number_input("Global batch tokens (0 = any)", min_value=0,
-                                value=int(d.get("global_batch_tokens") or 0), step=2**20, key=f"{key}_gbt")
-        k = c[6].number_input("Show", min_value=1, max_value=50, value=5, key=f"{key}_k")
+        model = c[0].text_input("Model size", key=f"{key}_model", help="parameters: 8B, 1.34B, 70e9, 8030261248")
+        nodes = c[1].number_input("Nodes", min_value=1, step=1, key=f"{key}_nodes")
+        gpn = c[2].number_input("GPUs/node", min_value=1, step=1, key=f"{key}_gpn")
+        gpu = c[3].selectbox("GPU type", gpu_types, key=f"{key}_gpu", accept_new_options=True)
+        seq = c[4].number_input("Seq len (0 = any)", min_value=0, step=1024, key=f"{key}_seq")
+        gbt = c[5].number_input("Global batch tokens (0 = any)", min_value=0, step=2**20, key=f"{key}_gbt")
+        k = c[6].number_input("Show", min_value=1, max_value=50, key=f"{key}_k")
         submitted = st.form_submit_button("What worked?", type="primary", key=f"{key}_submit")
     if submitted:
-        if not model.strip():
+        if not (model or "").strip():
             st.warning("Give a model size, e.g. 8B.")
             return None
         st.session_state[f"{key}_query"] = rec.recommend_params(model, nodes, gpn, gpu, seq, gbt, k)

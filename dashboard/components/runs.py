@@ -75,8 +75,8 @@ def table(runs: list[dict[str, Any]]) -> None:
 
 def detail(runs: list[dict[str, Any]]) -> None:
     """One run (GET /runs/{id}) in sections: model, hardware, parallelism, results, software, …"""
-    default = runs[0]["id"] if runs else 1
-    run_id = st.number_input("Run id", min_value=1, value=int(default), step=1, key="runs_detail_id")
+    ui.reset_on_change("runs_detail", [r["id"] for r in runs], {"runs_detail_id": int(runs[0]["id"]) if runs else 1})
+    run_id = st.number_input("Run id", min_value=1, step=1, key="runs_detail_id")
     with ui.api_errors(stop=False):
         run = data.get(f"/runs/{int(run_id)}")
         st.markdown(f"**{run_title(run)}**")
@@ -92,8 +92,9 @@ def compare(runs: list[dict[str, Any]]) -> None:
     """2–4 runs side by side; fields whose values differ are highlighted."""
     ids = [r["id"] for r in runs]
     titles = {r["id"]: run_title(r) for r in runs}
+    ui.reset_on_change("runs_cmp", ids, {"runs_cmp_pick": ids[:2]})
     c1, c2 = st.columns([3, 1])
-    picked = c1.multiselect("Runs from this page", ids, default=ids[:2], max_selections=4, key="runs_cmp_pick",
+    picked = c1.multiselect("Runs from this page", ids, max_selections=4, key="runs_cmp_pick",
                             format_func=lambda i: titles.get(i, f"#{i}"))
     typed = c2.text_input("…or run ids", key="runs_cmp_ids", placeholder="12, 15, 20")
     chosen = list(dict.fromkeys([*picked, *rl.parse_ids(typed)]))[:4]

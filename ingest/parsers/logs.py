@@ -41,9 +41,10 @@ Line formats understood (checked against the frameworks' own format strings):
   :func:`ingest.classify.classify_text`.
 
 Reduction rules
-* Warm-up: of ``n`` logged training records, the first ``min(3, n // 2)`` are dropped (compilation,
-  allocator warm-up and NCCL setup make them slow; Megatron's first record also averages over the
-  warm-up steps); throughput, TFLOPs, MFU and step time are the MEDIAN of the remaining records.
+* Warm-up: of ``n`` distinct logged steps, the records of the first ``min(3, n // 2)`` are dropped
+  (compilation, allocator warm-up and NCCL setup make them slow; Megatron's first record also
+  averages over the warm-up iterations); throughput, TFLOPs, MFU and step time are the MEDIAN of
+  the remaining records (of every rank that prints them).
 * Memory: the maximum over every memory line of the log (all steps, all ranks that print one), in
   GiB (2^30 bytes); ``MiB``/``MB`` are read as 2^20 bytes and ``GiB``/``GB`` as 2^30 bytes, as these
   frameworks print them. torchtitan reports only reserved memory: it fills ``reserved_memory_gib``
@@ -71,7 +72,7 @@ __all__ = ["FORMATS", "FRAMEWORK", "WARMUP_RECORDS", "detect_format", "parse_log
 FORMATS = ("nanotron", "megatron", "torchtitan", "unknown")
 #: ``framework`` value written for each format.
 FRAMEWORK = {"nanotron": "nanotron", "megatron": "megatron-lm", "torchtitan": "torchtitan"}
-#: At most this many leading training records are treated as warm-up.
+#: At most this many leading logged steps are treated as warm-up.
 WARMUP_RECORDS = 3
 #: Longest error_message kept.
 MAX_MESSAGE = 2000
@@ -79,9 +80,10 @@ MAX_MESSAGE = 2000
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 
-_NANOTRON_ITER = re.compile(r"\biteration: (\d+) / (\d+) \|(.*)$", re.M)
-_MEGATRON_ITER = re.compile(r"\biteration\s+(\d+)/\s*(\d+) \|(.*)$", re.M)
-_TITAN_STEP = re.compile(r"\bstep:(?<!validate step:)(?<!validation step:)\s*(\d+)\s+loss:\s*(\S+)(.*)$", re.M)
+# (No leading \b: a pattern that starts with a literal is searched much faster by `re`.)
+_NANOTRON_ITER = re.compile(r"iteration: (\d+) / (\d+) \|(.*)$", re.M)
+_MEGATRON_ITER = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|(.*)$", re.M)
+_TITAN_STEP = re.compile(r"step:(?<!validate step:)(?<!validation step:)\s*(\d+)\s+loss:\s*(\S+)(.*)$", re.M)
 
 _UNITS_GIB = {"kib": 2.0**-20, "kb": 2.0**-20, "mib": 2.0**-10, "mb": 2.0**-10, "gib": 1.0, "gb": 1.0}
 _HUMAN_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -175,11 +177,14 @@ def _nanotron(text: str) -> tuple[list[dict], dict, dict, dict]:
         chunk = text[at : at + 6000]
         for name, field in keys.items():
             m = re.search(rf"\b{name}=(\d+)\b", chunk)
-            if m and field not in config:
+            if m and config.get(field) is None:
                 config[field] = int(m.group(1))
 
     window("ParallelismArgs(", {"dp": "dp", "pp": "pp", "tp": "tp",
                                 "context_parallel_size": "cp", "expert_parallel_size": "ep"})
+    # nanotron's world is dp x tp x pp x cp (left out when expert parallelism is on: not checked)
+    if all(config.get(k) for k in ("dp", "tp", "pp")) and (config.get("ep") or 1) == 1:
+        config["world_size"] = config["dp"] * config["tp"] * config["pp"] * (config.get("cp") or 1)
     window("OptimizerArgs(", {"zero_stage": "zero_stage"})
     window("TokensArgs(", {"sequence_length": "seq_len", "micro_batch_size": "micro_batch_size",
                            "batch_accumulation_per_replica": "grad_accum_steps"})
@@ -191,6 +196,8 @@ def _nanotron(text: str) -> tuple[list[dict], dict, dict, dict]:
     return records, memory, config, {}
 
 
+# megatron/training/arguments.py _print_args: "  seq_length ........ 4096" (optional srun -l label)
+_MEGATRON_ARG = re.compile(r"^[ \t]*(?:\d+:[ \t]*)?([a-z_][a-z0-9_]*) \.{3,} (\S[^\n]*?)[ \t]*$", re.M)
 _MEGATRON_ARGS = {
     "tensor_model_parallel_size": "tp",
     "pipeline_model_parallel_size": "pp",
@@ -209,7 +216,7 @@ _MEGATRON_ARGS = {
 
 
 def _megatron(text: str) -> tuple[list[dict], dict, dict, dict]:
-    args = dict(re.findall(r"(?m)\b([a-z_][a-z0-9_]*) \.{3,} (\S[^\n]*?)\s*$", text))
+    args = dict(_MEGATRON_ARG.findall(text))
     config: dict[str, Any] = {}
     for name, field in _MEGATRON_ARGS.items():
         if re.fullmatch(r"\d+", args.get(name, "")):
@@ -288,6 +295,7 @@ def _torchtitan(text: str) -> tuple[list[dict], dict, dict, dict]:
             }
         )
     config: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
     m = re.search(r"size:\s*([\d,]+) total parameters", text)
     if m:
         config["model_params"] = int(m.group(1).replace(",", ""))
@@ -302,17 +310,20 @@ def _torchtitan(text: str) -> tuple[list[dict], dict, dict, dict]:
         names = re.findall(r"'(\w+)'", m.group(1))
         sizes = [int(s) for s in re.findall(r"\d+", m.group(2))]
         dims = dict(zip(names, sizes))
-        dp = dims.get("dp", 1) * dims.get("dp_shard", 1) * dims.get("dp_replicate", 1)
-        for name in ("tp", "pp", "cp"):
-            if name in dims:
-                config[name] = dims[name]
-        config["dp"] = dp
-        world = 1
-        for size in sizes:
-            world *= size
-        config["world_size"] = world
+        extra["device_mesh"] = dims
+        # Only a mesh of the usual disjoint dimensions says what dp/tp/pp/cp and the world are.
+        if dims and set(dims) <= {"dp", "dp_shard", "dp_replicate", "tp", "pp", "cp"}:
+            config["dp"] = dims.get("dp", 1) * dims.get("dp_shard", 1) * dims.get("dp_replicate", 1)
+            for name in ("tp", "pp", "cp"):
+                if name in dims:
+                    config[name] = dims[name]
+            world = 1
+            for size in dims.values():
+                world *= size
+            config["world_size"] = world
     memory = {"peak": _max(reserved), "reserved": _max(reserved)}
-    extra = {"peak_memory_is_reserved": True} if reserved else {}
+    if reserved:
+        extra["peak_memory_is_reserved"] = True
     return records, memory, config, extra
 
 
@@ -363,8 +374,11 @@ def parse_log(text: str, **fields: Any) -> dict[str, Any]:
         if memory["reserved"] is not None:
             record["reserved_memory_gib"] = memory["reserved"]
 
-    skip = min(WARMUP_RECORDS, len(records) // 2)
-    steady = records[skip:]
+    # Warm-up is counted in distinct steps: without --local-ranks-filter every rank prints its line.
+    steps = list(dict.fromkeys(r["step"] for r in records))
+    skip = min(WARMUP_RECORDS, len(steps) // 2)
+    warmup = set(steps[:skip])
+    steady = [r for r in records if r["step"] not in warmup]
     if fmt == "megatron":
         seq = user.get("seq_len", record.get("seq_len"))
         world = user.get("world_size", record.get("world_size"))
@@ -382,10 +396,10 @@ def parse_log(text: str, **fields: Any) -> dict[str, Any]:
         extra["hardware_tflops_per_gpu"] = hardware_tflops
     if records:
         extra.update(
-            records_logged=len(records),
-            warmup_records_skipped=skip,
-            first_step=records[0]["step"],
-            last_step=records[-1]["step"],
+            steps_logged=len(steps),
+            warmup_steps_skipped=skip,
+            first_step=steps[0],
+            last_step=steps[-1],
         )
         loss = [r["loss"] for r in records if r.get("loss") is not None]
         if loss:

@@ -3,8 +3,8 @@
 Ultra-Scale Playbook, "Benchmarking thousands of configurations": for every model size and node
 count, the best successful run and its configuration. A cell's best run is the successful run with
 the highest metric — `tokens_per_sec_per_gpu` (default) or `mfu` (mfu_derived, falling back to the
-reported mfu) — ties broken by the lower id. Successful runs without the metric rank after those
-with it, so a cell that has successes always shows one. Cells carry counts of successful, OOM and
+reported mfu) — ties broken by the higher MFU, then the lower id. Successful runs without the
+metric rank after those with it, so a cell that has successes always shows one. Cells carry counts of successful, OOM and
 other failed runs; a cell with only failures has `best = None`.
 """
 
@@ -22,6 +22,9 @@ from service.errors import BadRequest
 from service.tables import Run
 
 METRICS = ("tokens_per_sec_per_gpu", "mfu")
+#: 'success' inlined in the SQL (not a bind parameter), so PostgreSQL matches the partial indexes
+#: `... WHERE status = 'success'` in generic (prepared) plans too
+SUCCESS_LITERAL = sa.literal_column("'success'")
 
 
 def metric_expr(metric: str) -> sa.ColumnElement:
@@ -69,45 +72,66 @@ def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per
     """All cells, sorted by (model_size_class, nodes).
 
     Returns [{"model_size_class": float (billions), "nodes": int, "best": Run | None,
-    "n_success": int, "n_oom": int, "n_failed": int}]. Two queries: counts per cell, and the top-1
-    successful run per cell by a window function (portable across DuckDB and PostgreSQL).
+    "n_success": int, "n_oom": int, "n_failed": int}]. The best run of a cell is the successful run
+    with the highest metric (runs without it last), ties broken by the higher MFU (runs without MFU
+    last), then the lower id. One query for the cells and their best ids, one to load those runs:
+    - DuckDB: counts and `arg_min(id, (ranking key))` in one columnar scan (~20 ms at 10^6 runs);
+    - PostgreSQL: counts per cell, then a LATERAL top-1 per cell that walks the partial index
+      `ix_runs_best_tps` / `ix_runs_best_mfu` (status = 'success'; migration 0003) — a few index
+      entries per cell instead of every successful run.
     """
     value = metric_expr(metric)
     conds = filters.conditions()
-    is_success = Run.status == "success"
-    counts = session.execute(
-        sa.select(
-            Run.model_size_class, Run.nodes,
-            sa.func.sum(sa.case((is_success, 1), else_=0)).label("n_success"),
-            sa.func.sum(sa.case((Run.status == "oom", 1), else_=0)).label("n_oom"),
-            sa.func.count().label("n_all"),
-        ).where(*conds).group_by(Run.model_size_class, Run.nodes)
-    ).all()
-
-    ranked = (
-        sa.select(
-            Run.id,
-            sa.func.row_number().over(
-                partition_by=(Run.model_size_class, Run.nodes),
-                order_by=(value.is_(None), value.desc(), sa.func.coalesce(Run.mfu_derived, Run.mfu).desc(), Run.id),
-            ).label("rank"),
-        ).where(*conds, is_success).subquery()
-    )
-    best_ids = sa.select(ranked.c.id).where(ranked.c.rank == 1)
-    best = {(r.model_size_class, r.nodes): r for r in session.scalars(sa.select(Run).where(Run.id.in_(best_ids)))}
+    dialect = session.get_bind().dialect.name
+    if dialect == "duckdb":
+        rows = session.execute(_cells_duckdb(value, conds)).all()
+    else:
+        rows = session.execute(_cells_lateral(value, conds)).all()
+    best_ids = [r.best_id for r in rows if r.best_id is not None]
+    best = {r.id: r for r in session.scalars(sa.select(Run).where(Run.id.in_(best_ids)))} if best_ids else {}
 
     cells = []
-    for row in sorted(counts, key=lambda r: (r.model_size_class, r.nodes)):
+    for row in sorted(rows, key=lambda r: (r.model_size_class, r.nodes)):
         n_success, n_oom = int(row.n_success or 0), int(row.n_oom or 0)
         cells.append({
             "model_size_class": row.model_size_class,
             "nodes": row.nodes,
-            "best": best.get((row.model_size_class, row.nodes)),
+            "best": best.get(row.best_id),
             "n_success": n_success,
             "n_oom": n_oom,
             "n_failed": int(row.n_all) - n_success - n_oom,
         })
     return cells
+
+
+def _counts() -> list[sa.ColumnElement]:
+    return [
+        Run.model_size_class, Run.nodes,
+        sa.func.count().filter(Run.status == "success").label("n_success"),
+        sa.func.count().filter(Run.status == "oom").label("n_oom"),
+        sa.func.count().label("n_all"),
+    ]
+
+
+def _cells_duckdb(value: sa.ColumnElement, conds: list[sa.ColumnElement]) -> sa.Select:
+    """One scan: counts per cell and the best successful id by arg_min over a NULL-free key
+    (metric missing?, -metric, MFU missing?, -MFU, id)."""
+    mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
+    key = sa.tuple_(value.is_(None), -sa.func.coalesce(value, 0.0), mfu.is_(None), -sa.func.coalesce(mfu, 0.0), Run.id)
+    best = sa.func.arg_min(Run.id, key).filter(Run.status == "success").label("best_id")
+    return sa.select(*_counts(), best).where(*conds).group_by(Run.model_size_class, Run.nodes)
+
+
+def _cells_lateral(value: sa.ColumnElement, conds: list[sa.ColumnElement]) -> sa.Select:
+    """Counts per cell, LEFT JOIN LATERAL the top-1 successful run of the cell (PostgreSQL)."""
+    cells = sa.select(*_counts()).where(*conds).group_by(Run.model_size_class, Run.nodes).cte("cells")
+    mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
+    top = (sa.select(Run.id.label("best_id"))
+           .where(*conds, Run.status == SUCCESS_LITERAL, Run.model_size_class == cells.c.model_size_class,
+                  Run.nodes == cells.c.nodes)
+           .order_by(value.desc().nulls_last(), mfu.desc().nulls_last(), Run.id)
+           .limit(1).lateral("top"))
+    return sa.select(cells, top.c.best_id).select_from(cells.outerjoin(top, sa.true()))
 
 
 def cell_runs(session: Session, filters: HeatmapFilters, model_size_class: float, nodes: int,

@@ -16,7 +16,8 @@ With the SmolLM3 inputs (3B parameters, 11T tokens, 28 days, 720 TFLOP/s, 30 % M
   (service/hardware.py, bf16 by default) — gpu_type defaults to the MFU run's when not given.
 - Efficiency at scale: the Amdahl fit of the MFU run's size class (service/analytics/scaling.py), when
   it has one, predicts the efficiency at the planned node count relative to the node count the MFU was
-  measured at; `gpus_at_predicted_efficiency` is the count that compensates that loss.
+  measured at; `nodes_with_scaling_loss` / `gpus_with_scaling_loss` solve for the cluster whose
+  Amdahl-reduced throughput still finishes in time (None when Amdahl's limit 1/s is below the need).
 """
 
 from __future__ import annotations
@@ -167,12 +168,13 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         "formula": "GPUs = 6·N·tokens / (peak · MFU · time)",
         "efficiency": None, "notes": notes,
     }
-    result["efficiency"] = _efficiency(session, mfu_run, size_class, canonical_gpu, nodes, gpus, notes)
+    result["efficiency"] = _efficiency(session, mfu_run, size_class, canonical_gpu, nodes, gpus_exact,
+                                       gpus_per_node, notes)
     return result
 
 
 def _efficiency(session: Session, mfu_run: dict | None, size_class: float, gpu: str | None, nodes: int,
-                gpus: int, notes: list[str]) -> dict[str, Any] | None:
+                gpus_exact: float, gpus_per_node: int, notes: list[str]) -> dict[str, Any] | None:
     """Amdahl-predicted efficiency at `nodes` from the scaling fit of the nearest measured size class."""
     fit_class = mfu_run["model_size_class"] if mfu_run else size_class
     fit_gpu = (mfu_run or {}).get("gpu_type") or gpu
@@ -188,15 +190,32 @@ def _efficiency(session: Session, mfu_run: dict | None, size_class: float, gpu: 
     eff_target = sc.predicted_efficiency(fit, nodes)
     ref_nodes = (mfu_run or {}).get("nodes") or fit["base_nodes"]
     eff_ref = sc.predicted_efficiency(fit, ref_nodes)
-    relative = eff_target / eff_ref if eff_ref else None
-    if nodes > 4 * max(p["nodes"] for p in curve["points"]):
-        notes.append(f"{nodes} nodes is far beyond the measured {max(p['nodes'] for p in curve['points'])}: "
-                     "the efficiency is an Amdahl extrapolation")
+    measured_max = max(p["nodes"] for p in curve["points"])
+    if nodes > 4 * measured_max:
+        notes.append(f"{nodes} nodes is far beyond the measured {measured_max}: the efficiency is an Amdahl "
+                     "extrapolation")
+    needed = _nodes_with_loss(gpus_exact, gpus_per_node, eff_ref, fit["serial_fraction"], fit["base_nodes"])
+    if needed is None:
+        notes.append("with the fitted serial fraction no node count reaches this throughput: more GPUs stop "
+                     "paying before that (raise the MFU, cut the communication, or allow more days)")
     return {
         "source": f"Amdahl fit of {fit_class:g}B{' on ' + fit_gpu if fit_gpu else ''} "
                   f"({fit['n_points']} node counts, base {fit['base_nodes']})",
         "serial_fraction": fit["serial_fraction"], "serial_fraction_stderr": fit["serial_fraction_stderr"],
         "predicted_efficiency": eff_target, "reference_nodes": ref_nodes,
-        "relative_to_reference": relative,
-        "gpus_at_predicted_efficiency": math.ceil(gpus / relative - 1e-9) if relative else None,
+        "relative_to_reference": eff_target / eff_ref,
+        "nodes_with_scaling_loss": math.ceil(needed - 1e-9) if needed else None,
+        "gpus_with_scaling_loss": math.ceil(needed * gpus_per_node - 1e-9) if needed else None,
     }
+
+
+def _nodes_with_loss(gpus_exact: float, gpus_per_node: int, eff_ref: float, s: float, base: float) -> float | None:
+    """Nodes n (continuous) whose Amdahl throughput matches `gpus_exact` GPUs at the reference efficiency.
+
+    Throughput ∝ GPUs × efficiency, so n·gpn·eff(n)/eff_ref = gpus_exact, with eff(n) = 1/(s·n/b + 1 − s):
+    n = A(1 − s) / (1 − A·s/b), A = gpus_exact·eff_ref/gpn; None when A·s/b ≥ 1 (beyond Amdahl's limit).
+    """
+    a = gpus_exact * eff_ref / gpus_per_node
+    if a * s / base >= 1.0:
+        return None
+    return a * (1.0 - s) / (1.0 - a * s / base)

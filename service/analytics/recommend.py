@@ -154,38 +154,107 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
         out.append(cand)
         if len(out) >= k:
             break
+    _fill_spread(session, value, out)
     return out
 
 
 def _groups(session: Session, value, size_class: float | None, target: Target) -> list[dict[str, Any]]:
-    """Successful runs grouped by configuration, with count, best id and metric spread.
+    """Successful runs grouped by configuration: per group its GROUP_FIELDS, `n_runs`, `top_ids`
+    (the first 20 run ids, best first), `n_values`/`vmin`/`vmax` of the metric and the best run
+    (`best`: id, value, mfu_eff, peak_memory_gib, global_batch_tokens, tps). Groups are ordered by
+    their best run's id. The best run is the one with the highest metric (runs without it last),
+    then the lowest id.
 
     Limited to size classes and node counts within a factor of 16 of the target so the scan stays
-    small on large stores; widened to everything when that window is empty.
+    small on large stores; widened to everything when that window is empty. The grouping runs in
+    the database (one aggregate over the window, no per-run rows fetched): DuckDB ranks with
+    arg_min over a NULL-free key; PostgreSQL with an ordered array_agg.
     """
-    cols = [getattr(Run, f) for f in GROUP_FIELDS]
     base = [Run.status == "success", Run.model_size_class.is_not(None), Run.nodes.is_not(None), Run.tp.is_not(None)]
     window = [Run.model_size_class.between(size_class / 16, size_class * 16),
               Run.nodes.between(max(1, target.nodes // 16), target.nodes * 16)] if size_class else []
+    duckdb = session.get_bind().dialect.name == "duckdb"
     for conds in (base + window, base):
-        ranked = sa.select(
-            *cols, Run.id, value.label("value"), sa.func.coalesce(Run.mfu_derived, Run.mfu).label("mfu_eff"),
-            Run.peak_memory_gib, Run.global_batch_tokens, Run.tokens_per_sec_per_gpu.label("tps"),
-            sa.func.row_number().over(partition_by=cols, order_by=(value.is_(None), value.desc(), Run.id)).label("rank"),
-        ).where(*conds).subquery()
-        rows = session.execute(sa.select(ranked)).mappings().all()
+        rows = (_aggregate_duckdb if duckdb else _aggregate_sql)(session, value, conds)
         if rows:
             break
-    grouped: dict[tuple, dict[str, Any]] = {}
-    for r in rows:
-        key = tuple(r[f] for f in GROUP_FIELDS)
-        g = grouped.setdefault(key, {**{f: r[f] for f in GROUP_FIELDS}, "ids": [], "values": [], "best": None})
-        g["ids"].append(r["id"])
-        if r["value"] is not None:
-            g["values"].append(r["value"])
-        if r["rank"] == 1:
-            g["best"] = dict(r)
-    return list(grouped.values())
+    return sorted(rows, key=lambda g: g["best"]["id"])
+
+
+_TOP_IDS = 20
+
+
+def _group_cols() -> list[sa.ColumnElement]:
+    return [getattr(Run, f) for f in GROUP_FIELDS]
+
+
+def _best_fields(value) -> list[tuple[str, sa.ColumnElement]]:
+    return [("id", Run.id), ("value", value), ("mfu_eff", sa.func.coalesce(Run.mfu_derived, Run.mfu)),
+            ("peak_memory_gib", Run.peak_memory_gib), ("global_batch_tokens", Run.global_batch_tokens),
+            ("tps", Run.tokens_per_sec_per_gpu)]
+
+
+def _aggregate_duckdb(session: Session, value, conds: list) -> list[dict[str, Any]]:
+    """One columnar scan; every best-run field by arg_min_null over the same unique key
+    (metric missing?, -metric, id), the top ids by arg_min(id, key, 20) (best first)."""
+    key = sa.tuple_(value.is_(None), -sa.func.coalesce(value, 0.0), Run.id)
+    fields = _best_fields(value)
+    query = sa.select(
+        *_group_cols(), sa.func.count().label("n_runs"), sa.func.count(value).label("n_values"),
+        sa.func.min(value).label("vmin"), sa.func.max(value).label("vmax"),
+        sa.func.arg_min(Run.id, key, _TOP_IDS).label("top_ids"),
+        *[sa.func.arg_min_null(expr, key).label(f"best_{name}") for name, expr in fields],
+    ).where(*conds).group_by(*_group_cols())
+    groups = []
+    for r in session.execute(query).mappings():
+        g = {k: v for k, v in r.items() if not k.startswith("best_")}
+        g["best"] = {name: r[f"best_{name}"] for name, _ in fields}
+        groups.append(g)
+    return groups
+
+
+def _aggregate_sql(session: Session, value, conds: list) -> list[dict[str, Any]]:
+    order = (value.is_(None), value.desc(), Run.id)
+    query = sa.select(
+        *_group_cols(), sa.func.count().label("n_runs"), sa.func.count(value).label("n_values"),
+        sa.func.min(value).label("vmin"), sa.func.max(value).label("vmax"),
+        sa.func.array_agg(sa.aggregate_order_by(Run.id, *order)).label("ids"),
+    ).where(*conds).group_by(*_group_cols())
+    groups = [dict(r) for r in session.execute(query).mappings()]
+    for g in groups:
+        g["top_ids"] = g.pop("ids")[:_TOP_IDS]
+    best = _best_rows(session, value, [g["top_ids"][0] for g in groups])
+    for g in groups:
+        g["best"] = best[g["top_ids"][0]]
+    return groups
+
+
+def _best_rows(session: Session, value, ids: list[int]) -> dict[int, dict[str, Any]]:
+    if not ids:
+        return {}
+    rows = session.execute(sa.select(*[expr.label(name) for name, expr in _best_fields(value)])
+                           .where(Run.id.in_(ids))).mappings()
+    return {r["id"]: dict(r) for r in rows}
+
+
+def _fill_spread(session: Session, value, candidates: list[dict[str, Any]]) -> None:
+    """Set evidence.spread (min, max, population stdev of the metric over the group's runs) of
+    the returned candidates: one query for the metric values of their groups only."""
+    groups = [c["_group"] for c in candidates if c["_group"]["n_values"]]
+    values: dict[tuple, list[float]] = {}
+    if groups:
+        match = sa.or_(*[sa.and_(*[(col.is_(None) if g[f] is None else col == g[f])
+                                   for f, col in zip(GROUP_FIELDS, _group_cols())]) for g in groups])
+        rows = session.execute(sa.select(*_group_cols(), value.label("value"))
+                               .where(Run.status == "success", value.is_not(None), match))
+        for r in rows:
+            values.setdefault(tuple(r[:len(GROUP_FIELDS)]), []).append(r.value)
+    for cand in candidates:
+        g = cand.pop("_group")
+        vals = values.get(tuple(g[f] for f in GROUP_FIELDS))
+        if vals:
+            cand["evidence"]["spread"] = {"min": g["vmin"], "max": g["vmax"],
+                                          "stdev": statistics.pstdev(vals) if len(vals) > 1 else 0.0}
 
 
 def _adapt(g: dict[str, Any], target: Target, target_gpu: str | None, exact: bool) -> dict[str, Any] | None:
@@ -208,11 +277,6 @@ def _adapt(g: dict[str, Any], target: Target, target_gpu: str | None, exact: boo
     config = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero_stage": g["zero_stage"],
               "micro_batch_size": mbs, "grad_accum_steps": gas, "recompute": g["recompute"]}
     changed = [f for f in CONFIG_FIELDS if config[f] != g[f]]
-    values = g["values"]
-    spread = None
-    if values:
-        spread = {"min": min(values), "max": max(values),
-                  "stdev": statistics.pstdev(values) if len(values) > 1 else 0.0}
     match = "exact" if exact and not changed else "adapted"
     source = {f: g[f] for f in ("model_size_class", "nodes", "gpus_per_node", "gpu_type", "seq_len")}
     why = ("recorded on this very target" if match == "exact" else
@@ -221,6 +285,7 @@ def _adapt(g: dict[str, Any], target: Target, target_gpu: str | None, exact: boo
            f"{', seq ' + str(g['seq_len']) if g['seq_len'] else ''}"
            f"{'; adapted ' + ', '.join(changed) if changed else ''}")
     return {
+        "_group": g,
         "match": match,
         "config": config,
         "nodes": target.nodes,
@@ -232,8 +297,8 @@ def _adapt(g: dict[str, Any], target: Target, target_gpu: str | None, exact: boo
         "source": source,
         "metrics": {"value": best["value"], "tokens_per_sec_per_gpu": best["tps"], "mfu": best["mfu_eff"],
                     "peak_memory_gib": best["peak_memory_gib"]},
-        "evidence": {"n_runs": len(g["ids"]), "source_run_ids": g["ids"][:20], "best_run_id": best["id"],
-                     "spread": spread, "also_supported_by": 0},
+        "evidence": {"n_runs": g["n_runs"], "source_run_ids": g["top_ids"], "best_run_id": best["id"],
+                     "spread": None, "also_supported_by": 0},  # spread: _fill_spread, for returned candidates
         "why": why,
         "risk": "low: measured on this configuration" if match == "exact" else
                 "medium: extrapolated from a neighbouring configuration; measure before committing",

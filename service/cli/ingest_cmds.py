@@ -35,6 +35,7 @@ def sync(
     spool_dir: Path = typer.Option(None, "--spool-dir", help="spool directory (default SCALEBOOK_SPOOL_DIR or "
                                    "~/.local/share/scalebook/spool)"),
     deadline: float = typer.Option(30.0, "--deadline", help="seconds of retries per batch before giving up"),
+    timeout: float = typer.Option(60.0, "--timeout", help="seconds one request (≤ 1,000 runs) may take"),
     as_json: bool = _JSON,
 ) -> None:
     """Replay runs the push client spooled while the API was unreachable (exactly once: run keys).
@@ -42,7 +43,7 @@ def sync(
     Exits 1 when runs remain in the spool (the API is still unreachable)."""
     from ingest.client import Client
 
-    client = Client(spool_dir=spool_dir, deadline_s=deadline)
+    client = Client(spool_dir=spool_dir, deadline_s=deadline, timeout_s=timeout)
     result = client.sync()
     if as_json:
         print_json({**result.as_dict(), "spool": str(client.spool_path), "rejects_file": str(client.rejects_path)})

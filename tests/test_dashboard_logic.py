@@ -1,0 +1,342 @@
+"""Unit tests of dashboard/logic (pure functions, no Streamlit) on real data shapes: the API's
+answers for the Ultra-Scale Playbook nanotron sample (loaded once into a DuckDB file). Expected
+values are computed straight from the CSV with the csv module."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+from collections import Counter
+
+import pandas as pd
+import pytest
+from fastapi.testclient import TestClient
+
+from conftest import post_records
+from dashboard.api import ApiDown, ApiError, Client, clean_params
+from dashboard.logic import failures as fl
+from dashboard.logic import heatmap as hm
+from dashboard.logic import options as opt
+from dashboard.logic import recommend as rec
+from dashboard.logic import runs as rl
+from dashboard.logic import scaling as sc
+from dashboard.logic import sql as sq
+from dashboard.logic.fmt import compact, config_label, nodes_label, pct, size_label, split_label
+from service.api import create_app
+from service.db import Database
+from service.settings import Settings
+
+
+def csv_rows(data_dir):
+    with open(data_dir / "nanotron" / "bench_sample.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def csv_best(data_dir, nodes: int) -> dict:
+    """The successful row with the highest tok/s/gpu at `nodes` nodes."""
+    ok = [r for r in csv_rows(data_dir) if r["status"] == "Success" and int(float(r["nodes"])) == nodes]
+    return max(ok, key=lambda r: float(r["tok/s/gpu"]))
+
+
+def playbook_text(row: dict) -> str:
+    """The Playbook cell text of a CSV row: config, MFU (the CSV's percentage), Mem Alloc (GiB)."""
+    return (f"DP{row['dp']} TP{row['tp']} PP{row['pp']}\n"
+            f"GAS{int(float(row['batch_accum']))} Z{row['zero_stage']} MBS{row['mbs']}\n"
+            f"MFU {float(row['mfu']):.1f}%\n{float(row['Mem Alloc (GB)']):.1f} GiB")
+
+
+@pytest.fixture(scope="module")
+def api(duckdb_template, tmp_path_factory, data_dir):
+    """A TestClient over a DuckDB file holding the nanotron sample (loaded through the API)."""
+    from ingest.parsers import nanotron
+
+    path = tmp_path_factory.mktemp("dashboard_logic") / "scalebook.duckdb"
+    shutil.copy(duckdb_template, path)
+    db = Database(f"duckdb:///{path}")
+    db.prepare(auto_upgrade=False)
+    with TestClient(create_app(db, Settings(database_url=None))) as client:
+        stored, rejected = post_records(client, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+        assert stored == 312 and not rejected
+        yield client
+    db.dispose()
+
+
+@pytest.fixture(scope="module")
+def cells(api):
+    return api.get("/api/v1/heatmap", params={"metric": "mfu"}).json()["cells"]
+
+
+@pytest.fixture(scope="module")
+def all_runs(api):
+    return api.get("/api/v1/runs", params={"limit": 1000}).json()["runs"]
+
+
+# --- formats ----------------------------------------------------------------------------------
+
+def test_formats():
+    assert [size_label(s) for s in (1.3, 8.0, 0.12, 405.0, 1200.0, None)] == ["1.3B", "8B", "0.12B", "405B", "1.2T", "?"]
+    assert nodes_label(1) == "1 node" and nodes_label(4) == "4 nodes"
+    assert pct(0.39178) == "39.2%" and pct(None) == "?"
+    assert [compact(v) for v in (40149.94, 950.2, 1234.0, 2.5e6, None)] == ["40.1k", "950", "1.23k", "2.5M", "?"]
+    assert split_label("DP8 TP1 PP1 GAS16 Z1 MBS2") == ("DP8 TP1 PP1", "GAS16 Z1 MBS2")
+    assert split_label("DP8 TP4 PP1 CP4 EP2 GAS? Z? MBS1 RC:full") == ("DP8 TP4 PP1 CP4 EP2", "GAS? Z? MBS1 RC:full")
+
+
+def test_config_label_matches_the_api_label_of_every_best_run(cells):
+    for cell in cells:
+        assert config_label(cell["best"]) == cell["config_label"]
+    cfg = {"dp": 8, "tp": 4, "pp": 1, "cp": 4, "ep": 1, "zero_stage": None, "micro_batch_size": 1,
+           "grad_accum_steps": None, "recompute": "selective"}
+    assert config_label(cfg) == "DP8 TP4 PP1 CP4 GAS? Z? MBS1 RC:selective"
+
+
+# --- heatmap ----------------------------------------------------------------------------------
+
+def test_grid_and_cell_text_match_the_csv(cells, data_dir):
+    grid = hm.build_grid(cells, "mfu")
+    assert grid.sizes == [1.3] and grid.nodes == [1, 2, 4]  # 1.34G → class 1.3; the sample has ≤ 4 nodes
+    for nodes in grid.nodes:
+        cell = grid.cell(1.3, nodes)
+        assert hm.cell_text(cell, "mfu") == playbook_text(csv_best(data_dir, nodes))
+    assert hm.cell_text(grid.cell(1.3, 1)) == "DP8 TP1 PP1\nGAS16 Z0 MBS2\nMFU 39.2%\n25.1 GiB"
+    best1 = csv_best(data_dir, 1)
+    assert hm.cell_lines(grid.cell(1.3, 1), "tokens_per_sec_per_gpu")[2] == \
+        f"{compact(float(best1['tok/s/gpu']))} tok/s · MFU {float(best1['mfu']):.1f}%"
+    # colour values: MFU in percent, row-major over sizes × nodes
+    values = grid.values()
+    assert values[0][0] == pytest.approx(100 * (cells[0]["best"]["mfu_derived"]))
+    assert grid.locate("1.3B", "2") == (1.3, 2) and grid.locate("9B", "2") is None
+
+
+def test_cell_counts_match_the_csv(cells, data_dir):
+    counts = Counter((int(float(r["nodes"])), r["status"]) for r in csv_rows(data_dir))
+    for cell in cells:
+        n = cell["nodes"]
+        assert hm.cell_counts(cell) == f"ok {counts[n, 'Success']} · OOM {counts[n, 'OOM']} · failed {counts[n, 'Other']}"
+    assert hm.default_cell(cells) == (1.3, max((1, 2, 4), key=lambda n: sum(counts[n, s] for s in ("Success", "OOM", "Other"))))
+
+
+def failure_cell(**over):
+    return {"model_size_class": 80.0, "nodes": 2, "best": None, "config_label": None, "n_success": 0,
+            "n_oom": 5, "n_failed": 2, **over}
+
+
+def test_failure_only_cells_are_marked_not_empty(cells):
+    cell = failure_cell()
+    assert hm.cell_text(cell) == "✗ OOM 5 · failed 2"
+    assert hm.failure_text(failure_cell(n_failed=0)) == "✗ OOM 5"
+    assert hm.failure_text(failure_cell(n_oom=0, n_failed=0)) == "✗ no success"
+    grid = hm.build_grid([*cells, cell], "mfu")
+    assert grid.sizes == [1.3, 80.0]
+    fig = hm.figure(grid)
+    best_trace, failed_trace = fig.data
+    assert failed_trace.name == "failures only"
+    # the failure cell is grey in the second trace and uncoloured in the first
+    row, col = grid.sizes.index(80.0), grid.nodes.index(2)
+    assert best_trace.z[row][col] is None and failed_trace.z[row][col] == 1.0
+    assert failed_trace.text[row][col] == "✗ OOM 5 · failed 2" and failed_trace.textfont.color == hm.FAILED_TEXT
+    assert "80B × 2 nodes" in failed_trace.customdata[row][col]
+    table = hm.label_table(grid)
+    assert table.loc["80B", "2 nodes"] == "✗ OOM 5 · failed 2" and table.loc["80B", "1 node"] == ""
+
+
+def test_figure_writes_the_cells_and_sizes_the_text(cells, data_dir):
+    grid = hm.build_grid(cells, "mfu")
+    fig = hm.figure(grid)
+    assert len(fig.data) == 1  # no failure-only cell in the sample
+    trace = fig.data[0]
+    assert list(trace.x) == ["1", "2", "4"] and list(trace.y) == ["1.3B"]
+    assert trace.texttemplate == "%{text}" and trace.textfont.size >= 10
+    assert trace.text[0][0] == playbook_text(csv_best(data_dir, 1)).replace("\n", "<br>")
+    assert fig.layout.xaxis.type == "category" and fig.layout.yaxis.autorange == "reversed"
+    assert fig.layout.height >= 200
+    # many columns: no text written (unreadable), hover only
+    wide = [{**cells[0], "nodes": n} for n in range(1, 41)]
+    assert hm.text_font_size(hm.build_grid(wide, "mfu")) == 0
+    assert hm.figure(hm.build_grid(wide, "mfu")).data[0].texttemplate is None
+    # zoom keeps only the chosen rows / columns
+    assert hm.build_grid(cells, "mfu", nodes=[2, 4]).nodes == [2, 4]
+
+
+def test_label_table_and_csv(cells, data_dir):
+    grid = hm.build_grid(cells, "mfu")
+    table = hm.label_table(grid)
+    assert list(table.columns) == ["1 node", "2 nodes", "4 nodes"] and list(table.index) == ["1.3B"]
+    assert table.loc["1.3B", "1 node"] == playbook_text(csv_best(data_dir, 1)).replace("\n", " · ")
+    frame = hm.cells_frame(cells)
+    back = pd.read_csv(io.StringIO(frame.to_csv(index=False)))
+    assert list(back.columns) == hm.CSV_COLUMNS and len(back) == 3
+    one = back[back.nodes == 1].iloc[0]
+    assert one.tokens_per_sec_per_gpu == pytest.approx(float(csv_best(data_dir, 1)["tok/s/gpu"]))
+    assert one.config_label == cells[0]["config_label"]
+    choices = hm.cell_choices(cells)
+    assert list(choices) == [(1.3, 1), (1.3, 2), (1.3, 4)]
+    assert choices[(1.3, 1)].startswith("1.3B × 1 node — DP8 TP1 PP1 GAS16 Z0 MBS2 · ok ")
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+def test_runs_table_and_csv(all_runs):
+    table = rl.runs_table(all_runs)
+    assert list(table.columns) == rl.TABLE_COLUMNS and len(table) == 312
+    assert set(table.status) == {"success", "oom", "failed"}
+    text = rl.runs_csv(all_runs[:5])
+    back = pd.read_csv(io.StringIO(text))
+    assert len(back) == 5 and {"run_key", "tokens_per_sec_per_gpu", "mfu_derived", "extra"} <= set(back.columns)
+    assert back.extra.iloc[0].startswith("{")  # extra as JSON
+    assert rl.runs_csv([]) == ""
+
+
+def test_compare_highlights_what_differs(api, data_dir):
+    cell = api.get("/api/v1/heatmap/cell", params={"model_size_class": 1.3, "nodes": 1}).json()["runs"]
+    a, b = cell[0], cell[1]  # the two best 1-node runs: DP8 GAS16 MBS2 Z0 vs DP8 GAS32 MBS1 Z0
+    frame, differing = rl.compare_runs([a, b])
+    assert list(frame.columns) == [f"#{a['id']}", f"#{b['id']}"]
+    assert {"micro_batch_size", "grad_accum_steps", "tokens_per_sec_per_gpu", "run_key"} <= set(differing)
+    assert not {"dp", "tp", "pp", "seq_len", "gpu_type", "global_batch_tokens", "zero_stage"} & set(differing)
+    assert frame.loc["micro_batch_size"].tolist() == ["2", "1"]
+    only, _ = rl.compare_runs([a, b], only_differences=True)
+    assert list(only.index) == differing
+    css = rl.style_differences(frame, differing).to_html().split("</style>")[0]
+    rule = css[css.index("#T_"):css.index("{")]  # the selectors that get the highlight
+    marked = {i for i, name in enumerate(frame.index) if f"_row{i}_col0" in rule and f"_row{i}_col1" in rule}
+    assert marked == {list(frame.index).index(f) for f in differing} and rl.DIFF_STYLE.split(";")[0] in css
+    md = rl.diff_markdown(frame, differing)
+    assert "| **micro_batch_size** | **2** | **1** |" in md and "| dp | 8 | 8 |" in md
+
+
+def test_detail_sections_and_ids(all_runs):
+    run = all_runs[0]
+    sections = rl.detail_sections(run)
+    assert list(sections)[:3] == ["model", "hardware", "parallelism"] and "extra" in sections
+    par = dict(sections["parallelism"].values.tolist())
+    assert par["dp"] == str(run["dp"]) and par["micro_batch_size"] == str(run["micro_batch_size"])
+    assert rl.parse_ids("12, 15 #20 x 12") == [12, 15, 20]
+
+
+# --- recommend --------------------------------------------------------------------------------
+
+def test_candidates_rows_on_a_real_answer(api, data_dir):
+    body = api.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": 2, "gpu_type": "H100-SXM-80GB",
+                                                  "seq_len": 4096}).json()
+    rows = rec.candidate_rows(body["candidates"])
+    best = csv_best(data_dir, 2)
+    assert rows.iloc[0]["match"] == "exact"
+    assert rows.iloc[0]["config"].startswith(f"DP{best['dp']} TP{best['tp']} PP{best['pp']} "
+                                             f"GAS{int(float(best['batch_accum']))} Z{best['zero_stage']} MBS{best['mbs']}")
+    assert rows.iloc[0]["tokens_per_sec_per_gpu"] == pytest.approx(float(best["tok/s/gpu"]))
+    assert rows["evidence"].iloc[0].startswith(f"{body['candidates'][0]['evidence']['n_runs']} run")
+    assert rec.target_text(body["target"]).startswith("1.3B on 2 node(s) × 8 GPUs (16) of H100-SXM-80GB, seq 4096")
+
+
+def test_memory_and_evidence_texts():
+    fits = {"memory": {"predicted_peak_memory_gib": 32.18, "gpu_memory_gib": 80.0, "fits": True}}
+    assert rec.memory_check(fits) == "✓ fits: 32.2 of 80 GiB predicted"
+    assert rec.memory_check({"memory": {"predicted_peak_memory_gib": 91.0, "gpu_memory_gib": 80.0, "fits": False}}) \
+        == "✗ does not fit: 91.0 of 80 GiB predicted"
+    assert rec.memory_check({}) == "memory not checked"
+    cand = {"metrics": {"value": 5570.1, "tokens_per_sec_per_gpu": 5570.1, "mfu": 0.135},
+            "evidence": {"n_runs": 6, "best_run_id": 818, "spread": {"min": 3708.5, "max": 5570.1}}}
+    assert rec.evidence_text(cand) == "6 runs, best #818, 3,708–5,570 tok/s/GPU"
+    assert rec.recommend_params("8B ", 8, 8, "any", 0, 0)["gpu_type"] is None
+
+
+# --- scaling & planner ------------------------------------------------------------------------
+
+def test_scaling_points_and_amdahl_curve(data_dir):
+    points = [{"nodes": n, "world_size": 8 * n, "tokens_per_sec_per_gpu": float(csv_best(data_dir, n)["tok/s/gpu"]),
+               "best_run_id": n, "config": {"dp": 8 * n, "tp": 1, "pp": 1}} for n in (4, 1, 2)]
+    frame = sc.points_frame(points)
+    assert frame.nodes.tolist() == [1, 2, 4]
+    assert frame.aggregate_tokens_per_sec.iloc[1] == pytest.approx(16 * float(csv_best(data_dir, 2)["tok/s/gpu"]))
+    assert frame.efficiency.iloc[0] == 1.0 and frame.efficiency.iloc[2] < 1
+    s = 0.02
+    curve = sc.amdahl_curve(frame, {"serial_fraction": s, "base_nodes": 1})
+    assert curve.aggregate_tokens_per_sec.iloc[0] == pytest.approx(frame.aggregate_tokens_per_sec.iloc[0])
+    last = curve.iloc[-1]
+    assert last.nodes == 4 and last.efficiency == pytest.approx(1 / (s * 4 + 1 - s))
+    assert sc.amdahl_curve(frame, None).empty
+    fig = sc.figure(frame, curve)
+    assert {t.name for t in fig.data} >= {"measured (best run per node count)", "ideal (linear)", "Amdahl fit"}
+    text = sc.amdahl_summary({"serial_fraction": s, "serial_fraction_stderr": 0.005, "r2": 0.99, "base_nodes": 1,
+                              "max_speedup": 50.0, "nodes_at_50pct_efficiency": 51.0})
+    assert text.startswith("serial fraction 2.00% ± 0.50% (R² 0.990): speedup at most 50× the 1-node")
+    assert "50% at ≈ 51 nodes" in text
+    assert sc.amdahl_summary(None, "only 1 node count measured") == "no Amdahl fit: only 1 node count measured"
+
+
+def test_planner_helpers():
+    assert sc.parse_count("3B") == 3_000_000_000 and sc.parse_count("11T") == 11 * 10**12
+    assert sc.parse_count("1.34e9") == 1_340_000_000 and sc.parse_count("") is None and sc.parse_count(7) == 7
+    with pytest.raises(ValueError):
+        sc.parse_count("lots")
+    plan = {"gpus": 379.2, "nodes": 48, "mfu": 0.3, "mfu_source": "given", "peak_tflops": 720.0,
+            "peak_source": "given", "extra_field": "x"}
+    assert sc.plan_headline(plan) == "≈ 379 GPUs (48 nodes) at MFU 30.0% (given) and 720 TFLOP/s peak (given)"
+    rows = sc.plan_rows(plan)
+    assert rows.iloc[0].tolist() == ["GPUs", "379.2"] and rows.iloc[-1].tolist() == ["extra_field", "x"]
+    assert sc.default_target([{"model_size_class": 1.3, "nodes": 1, "best": {"gpu_type": "H100-SXM-80GB"}}]) == \
+        {"model_size_class": 1.3, "gpu_type": "H100-SXM-80GB"}
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+def test_failure_aggregates_match_the_csv(api, cells, all_runs, data_dir):
+    counts = Counter((int(float(r["nodes"])), r["status"]) for r in csv_rows(data_dir))
+    by_nodes = fl.by_nodes(cells)
+    for _, row in by_nodes.iterrows():
+        n = row.nodes
+        assert (row.success, row.oom, row.other_failed) == (counts[n, "Success"], counts[n, "OOM"], counts[n, "Other"])
+        assert row.failure_rate == pytest.approx((counts[n, "OOM"] + counts[n, "Other"]) / row.runs)
+    classes = fl.class_by_nodes(all_runs)
+    assert classes.loc[1, "oom_gpu"] == counts[1, "OOM"]  # the parser classifies OOM rows as oom_gpu
+    assert classes.loc[4, "unclassified (failed)"] == counts[4, "Other"]
+    configs = fl.by_config(all_runs, limit=1000)
+    assert configs.failures.sum() == sum(v for (n, s), v in counts.items() if s != "Success")
+    assert configs.failures.is_monotonic_decreasing
+    fig = fl.class_figure(classes)
+    assert fig.layout.barmode == "stack" and len(fig.data) == len(classes.columns)
+    latest = fl.latest_errors(all_runs, limit=5)
+    assert len(latest) == 5 and latest.id.is_monotonic_decreasing and "success" not in set(latest.status)
+    rates = fl.dimension_failure_rates("zero_stage", {1: (10, 7), 0: (4, 4), None: (0, 0)})
+    assert rates.zero_stage.tolist() == [0, 1] and rates.failure_rate.tolist() == [0.0, pytest.approx(0.3)]
+
+
+# --- options, sql, client ---------------------------------------------------------------------
+
+def test_options_from_runs_and_cells(all_runs, cells, data_dir):
+    runs = opt.collect_runs(all_runs[:3], cells)
+    assert len({r["id"] for r in runs}) == len(runs)
+    o = opt.options(all_runs)
+    assert o["gpu_type"] == ["H100-SXM-80GB"] and o["nodes"] == [1, 2, 4] and o["seq_len"] == [4096]
+    from datetime import date, datetime
+
+    days = sorted(datetime.fromisoformat(r["date"]).date() for r in csv_rows(data_dir) if r["date"])
+    assert o["framework"] == ["nanotron"] and o["dates"] == [days[0], days[-1]]  # the CSV's `date` column
+    assert opt.distinct([{"x": 3}, {"x": 1}, {"x": None}, {"x": 3}], "x") == [1, 3]
+    assert opt.date_bounds(date(2025, 1, 2), date(2025, 1, 3)) == {
+        "started_after": "2025-01-02T00:00:00", "started_before": "2025-01-04T00:00:00"}
+    assert opt.parse_day("2025-03-04T10:00:00Z") == date(2025, 3, 4) and opt.parse_day("junk") is None
+
+
+def test_sql_result_table():
+    body = {"columns": ["nodes", "n", "n"], "rows": [[1, 65, 2], [2, 120, 3]], "row_count": 2, "truncated": True,
+            "elapsed_ms": 3.2}
+    frame = sq.result_frame(body)
+    assert list(frame.columns) == ["nodes", "n", "n_2"] and frame.n.tolist() == [65, 120]
+    caption = sq.result_caption(body, 0.012)
+    assert caption.startswith("2 rows (truncated") and "3 ms in the database" in caption and "12 ms round trip" in caption
+    assert "FROM runs" in sq.EXAMPLE_QUERY
+
+
+def test_client_errors_and_params():
+    from conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ApiDown) as down:
+        Client(url, timeout=2).get("/heatmap")
+    assert f"the scalebook API at {url} is not reachable" in str(down.value) and "scalebook serve" in str(down.value)
+    assert clean_params({"a": None, "b": "", "c": True, "d": 3}) == {"c": "true", "d": 3}
+    missing = ApiError(404, "not_found", "Not Found")
+    assert missing.endpoint_missing and not ApiError(404, "not_found", "no successful run").endpoint_missing

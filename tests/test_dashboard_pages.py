@@ -1,0 +1,286 @@
+"""One AppTest per dashboard page against a live API loaded with the real data (/work/shared/data,
+parsed by the ingest parsers and POSTed through the API). Expected values are computed straight
+from the nanotron CSV with the csv module. The heatmap runs on DuckDB and PostgreSQL; the other
+pages on DuckDB only (they read through the same HTTP API)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pandas as pd
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from conftest import free_port, post_records
+
+APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+DUCKDB = pytest.mark.parametrize("backend", ["duckdb"], indirect=True)
+TIMEOUT = 60
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    """Cached API answers are process-wide: never let one test see another test's API."""
+    st.cache_data.clear()
+    yield
+    st.cache_data.clear()
+
+
+def csv_rows(data_dir) -> list[dict]:
+    with open(data_dir / "nanotron" / "bench_sample.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def csv_best(data_dir, nodes: int, key: str = "tok/s/gpu") -> dict:
+    """The successful CSV row with the highest `key` at `nodes` nodes."""
+    ok = [r for r in csv_rows(data_dir) if r["status"] == "Success" and int(float(r["nodes"])) == nodes]
+    return max(ok, key=lambda r: float(r[key]))
+
+
+def csv_label(row: dict) -> str:
+    return (f"DP{row['dp']} TP{row['tp']} PP{row['pp']} "
+            f"GAS{int(float(row['batch_accum']))} Z{row['zero_stage']} MBS{row['mbs']}")
+
+
+def csv_summary(row: dict) -> str:
+    """The heatmap cell of a CSV row on one line: config, MFU (the CSV's %), Mem Alloc (GiB)."""
+    dims, rest = csv_label(row).split(" GAS")
+    return f"{dims} · GAS{rest} · MFU {float(row['mfu']):.1f}% · {float(row['Mem Alloc (GB)']):.1f} GiB"
+
+
+def load(url: str, data_dir, published: bool = True) -> int:
+    """POST the nanotron sample (and the published tables) through the API; returns runs stored."""
+    from ingest.parsers import nanotron, table
+
+    records = list(nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+    if published:
+        for path in sorted((data_dir / "published").glob("*.csv")):
+            records += table.parse_file(path).records
+    with httpx.Client(base_url=url, timeout=60) as client:
+        stored, _rejected = post_records(client, records)
+    return stored
+
+
+def app(page: str | None = None) -> AppTest:
+    """Run the dashboard (router) and switch to `page` (the heatmap is the default page)."""
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    if page:
+        at.switch_page(page).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(at: AppTest) -> str:
+    """Every markdown / caption / message text of the page, joined."""
+    parts = [e.value for kind in ("markdown", "caption", "info", "warning", "error", "success", "title", "subheader")
+             for e in getattr(at, kind)]
+    return "\n".join(str(p) for p in parts)
+
+
+def frame_with(at: AppTest, *columns: str) -> pd.DataFrame:
+    """The first dataframe of the page that has all `columns`."""
+    for df in at.dataframe:
+        value = df.value
+        if isinstance(value, pd.DataFrame) and set(columns) <= set(value.columns):
+            return value
+    raise AssertionError(f"no dataframe with columns {columns}: {[list(d.value.columns) for d in at.dataframe]}")
+
+
+# --- heatmap (both backends) ------------------------------------------------------------------
+
+def test_heatmap_page_shows_the_best_config_per_cell(live_api, data_dir, backend):
+    load(live_api, data_dir)
+    at = app()
+    assert at.title[0].value == "Best configuration per model size × nodes"
+    # all data: dozens of sizes and node counts; every cell is in the grid text
+    grid = at.dataframe[0].value
+    assert "1.3B" in grid.index and "1 node" in grid.columns and len(grid.columns) > 12
+    assert "too many to write the configurations" in texts(at)
+
+    # only the nanotron sweep: 1.3B × {1, 2, 4} nodes, ranked by tokens/s per GPU
+    at.selectbox(key="hm_fw").select("nanotron").run()
+    at.radio(key="hm_metric").set_value("tokens_per_sec_per_gpu").run()
+    assert not at.exception
+    table = at.table[0].value
+    assert list(table.columns) == ["1 node", "2 nodes", "4 nodes"] and list(table.index) == ["1.3B"]
+    for nodes, column in ((1, "1 node"), (2, "2 nodes"), (4, "4 nodes")):
+        best = csv_best(data_dir, nodes)
+        cell = table.loc["1.3B", column]
+        dims, rest = csv_label(best).split(" GAS")
+        assert cell.startswith(f"{dims} · GAS{rest} · ") and f"MFU {float(best['mfu']):.1f}%" in cell
+        assert cell.endswith(f"{float(best['Mem Alloc (GB)']):.1f} GiB")
+    # the chart writes the Playbook cell text: "DP8 TP1 PP1<br>GAS16 Z0 MBS2<br>…"
+    chart = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert chart["data"][0]["text"][0][0].startswith(csv_label(csv_best(data_dir, 1)).replace(" GAS", "<br>GAS"))
+
+    # a cell's runs: every CSV row of that node count, best first
+    at.selectbox(key="hm_cell").set_value((1.3, 2)).run()
+    runs = frame_with(at, "config", "tokens_per_sec_per_gpu", "status")
+    assert len(runs) == sum(1 for r in csv_rows(data_dir) if int(float(r["nodes"])) == 2)
+    assert runs.iloc[0]["config"] == csv_label(csv_best(data_dir, 2))
+    assert "run(s) in 1.3B × 2 nodes" in texts(at)
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert "Cells as CSV" in labels and ("Heatmap as PNG" in labels or "Heatmap as HTML" in labels)
+
+    # "What worked?" under the heatmap, prefilled from the selected cell (1.3B × 2 nodes)
+    assert at.text_input(key="hm_rec_model").value == "1.3B" and at.number_input(key="hm_rec_nodes").value == 2
+    at.button(key="hm_rec_submit").click().run()
+    cands = frame_with(at, "match", "config", "memory_check")
+    assert cands.iloc[0]["match"] == "exact" and cands.iloc[0]["config"] == csv_label(csv_best(data_dir, 2))
+
+
+@DUCKDB
+def test_heatmap_empty_database_says_how_to_import(live_api):
+    at = app()
+    assert any("scalebook import nanotron FILE" in i.value for i in at.info)
+    assert not at.error
+
+
+@pytest.mark.parametrize("page", [None, "pages/what_worked.py", "pages/runs.py", "pages/scaling.py",
+                                  "pages/failures.py", "pages/sql.py"])
+def test_every_page_says_when_the_api_is_down(monkeypatch, page):
+    url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("SCALEBOOK_API_URL", url)
+    at = app(page)
+    assert at.error, texts(at)
+    message = at.error[0].value
+    assert f"the scalebook API at {url} is not reachable" in message and "scalebook serve" in message
+
+
+@DUCKDB
+def test_token_required_then_accepted(live_api, data_dir, monkeypatch):
+    load(live_api, data_dir, published=False)
+    admin = httpx.post(f"{live_api}/api/v1/tokens", json={"name": "dash", "scope": "read"}).json()["token"]
+    at = app()
+    assert at.error and "set SCALEBOOK_TOKEN" in at.error[0].value
+    st.cache_data.clear()
+    monkeypatch.setenv("SCALEBOOK_TOKEN", admin)
+    at = app()
+    assert not at.error and at.table[0].value.shape == (1, 3)
+
+
+# --- other pages (DuckDB) ---------------------------------------------------------------------
+
+@DUCKDB
+def test_what_worked_page_answers_with_evidence(live_api, data_dir):
+    load(live_api, data_dir)
+    at = app("pages/what_worked.py")
+    at.text_input(key="ww_model").input("1.34B")
+    at.number_input(key="ww_nodes").set_value(4)
+    at.selectbox(key="ww_gpu").select("H100-SXM-80GB")
+    at.number_input(key="ww_seq").set_value(4096)
+    at.button(key="ww_submit").click().run()
+    assert not at.exception and not at.error
+    cands = frame_with(at, "match", "config", "evidence", "memory_check")
+    best = csv_best(data_dir, 4)
+    assert cands.iloc[0]["match"] == "exact" and cands.iloc[0]["config"] == csv_label(best)
+    assert cands.iloc[0]["tokens_per_sec_per_gpu"] == pytest.approx(float(best["tok/s/gpu"]))
+    assert cands.iloc[0]["memory_check"].split(":")[0] in ("✓ fits", "✗ does not fit", "memory not checked")
+    page = texts(at)
+    assert "**Target:** 1.3B on 4 node(s) × 8 GPUs (32) of H100-SXM-80GB, seq 4096" in page
+    assert "**Evidence:**" in page and "**Memory:**" in page
+
+
+@DUCKDB
+def test_runs_page_filters_pages_and_compares(live_api, data_dir):
+    stored = load(live_api, data_dir)
+    at = app("pages/runs.py")
+    assert f"**{stored:,} runs** match" in texts(at)
+    assert len(frame_with(at, "id", "config", "status")) == 100
+
+    ooms = sum(1 for r in csv_rows(data_dir) if r["status"] == "OOM")
+    at.selectbox(key="runs_fw").select("nanotron").run()
+    at.selectbox(key="runs_status").select("oom").run()
+    assert f"**{ooms:,} runs** match" in texts(at)
+    at.selectbox(key="runs_limit").select(25).run()
+    assert "showing 1–25 (page 1 of 4)" in texts(at)
+    at.button(key="runs_next").click().run()
+    assert "showing 26–50 (page 2 of 4)" in texts(at)
+    table = frame_with(at, "id", "config", "status")
+    assert set(table.status) == {"oom"} and len(table) == 25
+
+    # the two best 1-node runs of the sweep side by side
+    at.selectbox(key="runs_status").select(None).run()
+    at.selectbox(key="runs_nodes").select(1).run()
+    at.selectbox(key="runs_sort").select("-tokens_per_sec_per_gpu").run()
+    top = frame_with(at, "id", "config", "status")
+    assert top.iloc[0]["config"] == csv_label(csv_best(data_dir, 1))
+    cmp_table = frame_with(at, f"#{top.iloc[0]['id']}", f"#{top.iloc[1]['id']}")
+    assert "micro_batch_size" in cmp_table.index
+    assert "field(s) differ (highlighted): " in texts(at) and "micro_batch_size" in texts(at)
+    # run detail: the sections as tables
+    assert at.number_input(key="runs_detail_id").value == top.iloc[0]["id"]
+    detail = pd.concat([t.value for t in at.table])
+    assert detail.loc["dp", "value"] == csv_best(data_dir, 1)["dp"]
+    assert any(b.proto.label == "This page as CSV" for b in at.get("download_button"))
+
+
+@DUCKDB
+def test_scaling_page(live_api, data_dir):
+    load(live_api, data_dir, published=False)
+    at = app("pages/scaling.py")
+    probe = httpx.get(f"{live_api}/api/v1/scaling", params={"model_params": 1_300_000_000})
+    if probe.status_code == 404 and probe.json()["error"]["message"] == "Not Found":
+        assert any("no `/api/v1/scaling` endpoint yet" in w.value for w in at.warning)  # older server
+    else:
+        points = frame_with(at, "nodes", "tokens_per_sec_per_gpu", "efficiency")
+        assert points.nodes.tolist() == [1, 2, 4]
+        for nodes, tps in zip(points.nodes, points.tokens_per_sec_per_gpu):
+            assert tps == pytest.approx(float(csv_best(data_dir, nodes)["tok/s/gpu"]))
+        assert "serial fraction" in texts(at) and at.get("plotly_chart")
+
+    at.button(key="plan_submit").click().run()
+    assert not at.exception
+    probe = httpx.get(f"{live_api}/api/v1/plan", params={"model_params": 3_000_000_000, "tokens": 11 * 10**12,
+                                                         "days": 28, "gpu_type": "H100-SXM-80GB"})
+    if probe.status_code == 404 and probe.json()["error"]["message"] == "Not Found":
+        assert any("no `/api/v1/plan` endpoint yet" in w.value for w in at.warning)
+    else:
+        assert at.success and at.success[0].value.startswith("≈ ") and "GPUs" in at.success[0].value
+        assert "GPUs" in at.table[-1].value.index
+
+
+@DUCKDB
+def test_failures_page_counts_match_the_csv(live_api, data_dir):
+    load(live_api, data_dir, published=False)
+    at = app("pages/failures.py")
+    assert not at.error
+    counts = Counter((int(float(r["nodes"])), r["status"]) for r in csv_rows(data_dir))
+    by_nodes = frame_with(at, "nodes", "runs", "oom", "other_failed", "failure_rate")
+    for _, row in by_nodes.iterrows():
+        assert (row.success, row.oom, row.other_failed) == (counts[row.nodes, "Success"], counts[row.nodes, "OOM"],
+                                                            counts[row.nodes, "Other"])
+    classes = frame_with(at, "oom_gpu")
+    assert classes["oom_gpu"].sum() == sum(v for (n, s), v in counts.items() if s == "OOM")
+    rates = frame_with(at, "zero_stage", "runs", "failed", "failure_rate")
+    zero = Counter(r["zero_stage"] for r in csv_rows(data_dir))
+    assert dict(zip(rates.zero_stage.astype(str), rates.runs)) == dict(zero)
+    latest = frame_with(at, "id", "error_class", "error_message")
+    assert len(latest) == 20 and "success" not in set(latest.status)
+
+
+@DUCKDB
+def test_sql_page_runs_a_query(live_api, data_dir):
+    load(live_api, data_dir, published=False)
+    at = app("pages/sql.py")
+    assert "FROM runs" in at.text_area(key="sql_query").value
+    at.button(key="sql_run").click().run()
+    probe = httpx.post(f"{live_api}/api/v1/sql", json={"query": "SELECT 1"})
+    if probe.status_code == 404:
+        assert any("no `POST /api/v1/sql` endpoint yet" in w.value for w in at.warning)
+        return
+    assert not at.error, [e.value for e in at.error]
+    result = frame_with(at, "model_size_class", "nodes", "runs")
+    counts = Counter(int(float(r["nodes"])) for r in csv_rows(data_dir))
+    assert dict(zip(result.nodes, result.runs)) == dict(counts)
+    assert any(b.proto.label == "Result as CSV" for b in at.get("download_button"))
+    # a refused query: the API's message, no traceback
+    at.text_area(key="sql_query").input("DELETE FROM runs").run()
+    at.button(key="sql_run").click().run()
+    assert at.error and "query_rejected" in at.error[0].value
