@@ -107,13 +107,17 @@ def import_parsed(kind: str, path: Path, api: Api, defaults: dict[str, Any], rej
 
 
 def import_examples(data_dir: Path, url: str) -> list[ImportSummary]:
-    """Import every example file (nanotron/*.csv, published/*.csv); idempotent."""
+    """Import every example file (nanotron/*.csv, published/*.csv); idempotent. Rejected rows go
+    to $SCALEBOOK_DATA_DIR/rejects/<file>.rejects.csv."""
+    from service.settings import get_settings
+
     api = Api(url)
+    rejects_dir = get_settings().data_dir / "rejects"
+    rejects_dir.mkdir(parents=True, exist_ok=True)
     summaries = []
-    for path in sorted((data_dir / "nanotron").glob("*.csv")):
-        summaries.append(import_parsed("nanotron", path, api, {}, None))
-    for path in sorted((data_dir / "published").glob("*.csv")):
-        summaries.append(import_parsed("table", path, api, {}, None))
+    for kind, folder in (("nanotron", "nanotron"), ("table", "published")):
+        for path in sorted((data_dir / folder).glob("*.csv")):
+            summaries.append(import_parsed(kind, path, api, {}, rejects_dir / f"{path.stem}.rejects.csv"))
     for s in summaries:
         report(s, False)
     return summaries
