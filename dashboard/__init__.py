@@ -1,0 +1,1 @@
+"""scalebook's Streamlit dashboard: reads only through the HTTP API (see dashboard/app.py)."""

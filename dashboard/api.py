@@ -18,6 +18,8 @@ Failures become three exceptions with messages a user can act on:
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from datetime import date, datetime
 from typing import Any
 
@@ -107,6 +109,26 @@ def _error_from(resp: httpx.Response, path: str) -> DashboardApiError:
     return ApiError(resp.status_code, err.get("code") or "error", message, err.get("details") or [], path)
 
 
+_POOL: OrderedDict[tuple[str, str | None, float], httpx.Client] = OrderedDict()
+_POOL_LOCK = threading.Lock()
+_POOL_SIZE = 8
+
+
+def _http(url: str, token: str | None, timeout: float) -> httpx.Client:
+    """A shared connection pool per (URL, token, timeout): creating an httpx.Client costs ~0.5 s
+    (it loads the CA bundle), far more than a request to a local API."""
+    key = (url, token, timeout)
+    with _POOL_LOCK:
+        client = _POOL.get(key)
+        if client is None or client.is_closed:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            client = _POOL[key] = httpx.Client(base_url=url, headers=headers, timeout=timeout)
+            while len(_POOL) > _POOL_SIZE:
+                _POOL.popitem(last=False)[1].close()
+        _POOL.move_to_end(key)
+        return client
+
+
 class Client:
     """Synchronous client: ``Client().get("/heatmap", metric="mfu")`` returns the decoded JSON body."""
 
@@ -115,15 +137,12 @@ class Client:
         self.token = token if token is not None else api_token()
         self.timeout = timeout
 
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
-
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
                 json: Any = None) -> Any:
         """Send one request to ``/api/v1{path}``; the JSON body, or one of this module's errors."""
         try:
-            with httpx.Client(base_url=self.url, headers=self._headers(), timeout=self.timeout) as http:
-                resp = http.request(method, f"{API_PREFIX}{path}", params=clean_params(params or {}), json=json)
+            resp = _http(self.url, self.token, self.timeout).request(
+                method, f"{API_PREFIX}{path}", params=clean_params(params or {}), json=json)
         except httpx.TimeoutException as exc:
             raise ApiDown(self.url, f"no answer within {self.timeout:.0f} s ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:

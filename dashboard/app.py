@@ -1,7 +1,7 @@
 """scalebook dashboard: the router (`streamlit run dashboard/app.py`, or `scalebook dashboard`).
 
 It reads only through the API at SCALEBOOK_API_URL (default http://127.0.0.1:8000), sending
-SCALEBOOK_TOKEN as a bearer token when set. The pages live in dashboard/pages/, their logic in
+SCALEBOOK_TOKEN as a bearer token when set. The pages live in dashboard/app_pages/, their logic in
 dashboard/logic/ (pure functions) and dashboard/components/ (shared Streamlit pieces).
 """
 
@@ -17,12 +17,12 @@ if str(_REPO) not in sys.path:  # a checkout that is not pip-installed: make `da
 st.set_page_config(page_title="scalebook", page_icon=":material/grid_view:", layout="wide")
 
 PAGES = [
-    st.Page("pages/heatmap.py", title="Heatmap", icon=":material/grid_view:", default=True),
-    st.Page("pages/what_worked.py", title="What worked?", icon=":material/explore:"),
-    st.Page("pages/runs.py", title="Runs", icon=":material/table_rows:"),
-    st.Page("pages/scaling.py", title="Scaling & planner", icon=":material/trending_up:"),
-    st.Page("pages/failures.py", title="Failures", icon=":material/error:"),
-    st.Page("pages/sql.py", title="SQL", icon=":material/database:"),
+    st.Page("app_pages/heatmap.py", title="Heatmap", icon=":material/grid_view:", default=True),
+    st.Page("app_pages/what_worked.py", title="What worked?", icon=":material/explore:"),
+    st.Page("app_pages/runs.py", title="Runs", icon=":material/table_rows:"),
+    st.Page("app_pages/scaling.py", title="Scaling & planner", icon=":material/trending_up:"),
+    st.Page("app_pages/failures.py", title="Failures", icon=":material/error:"),
+    st.Page("app_pages/sql.py", title="SQL", icon=":material/database:"),
 ]
 
 st.navigation(PAGES).run()

@@ -36,11 +36,6 @@ def get(path: str, **params: Any) -> Any:
     return _cached_get(api_url(), api_token(), path, _key(params))
 
 
-def get_fresh(path: str, **params: Any) -> Any:
-    """GET without the cache (after a write, or when freshness matters)."""
-    return Client().get(path, **params)
-
-
 def post(path: str, payload: Any) -> Any:
     """POST, never cached (SQL queries, memory checks)."""
     return Client().post(path, payload)
@@ -55,11 +50,6 @@ def clear() -> None:
     """Forget every cached answer (the Refresh button)."""
     _cached_get.clear()
     _cached_health.clear()
-
-
-def runs_page(limit: int = 1000, **params: Any) -> dict[str, Any]:
-    """One page of GET /runs: {"runs", "next_cursor", "total"}."""
-    return get("/runs", limit=limit, **params)
 
 
 def all_runs(max_runs: int = 20_000, page_size: int = 1000, **params: Any) -> tuple[list[dict[str, Any]], int]:

@@ -59,7 +59,8 @@ def require_api(need_runs: bool = True) -> dict[str, Any]:
         health = data.health()
     with st.sidebar:
         st.caption(f"API {api_url()} · {health.get('backend', '?')} · {health.get('runs', 0):,} runs")
-        if st.button("Refresh data", icon=":material/refresh:", key="refresh_data", help="forget cached answers (they live 30 s)"):
+        if st.button("Refresh data", icon=":material/refresh:", key="refresh_data",
+                     help="forget cached answers (they live 30 s)"):
             data.clear()
             st.rerun()
     with api_errors():  # /health needs no token: check ours on a read endpoint

@@ -22,6 +22,7 @@ import argparse
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,10 +70,6 @@ def failure_record(cfg: dict, run_key: str, output: str, returncode: int | None,
             "extra": {"example": "sweep", "returncode": returncode}}
 
 
-def _text(data: bytes | str | None) -> str:
-    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
-
-
 def run_one(cfg: dict, args: argparse.Namespace, workdir: Path) -> dict:
     """Run one configuration; returns {"status", "record", "pushed_by", "seconds"}."""
     run_key = uuid.uuid4().hex
@@ -85,13 +82,17 @@ def run_one(cfg: dict, args: argparse.Namespace, workdir: Path) -> dict:
         cmd += ["--memory-budget-mib", str(args.memory_budget_mib)]
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     start = time.monotonic()
-    timed_out, returncode = False, None
+    timed_out = False
+    # own process group: on timeout the ranks die with torchrun (they would push a late result)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
-        output, returncode = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
+        output, _ = proc.communicate(timeout=args.timeout)
+    except subprocess.TimeoutExpired:
         timed_out = True
-        output = _text(exc.stdout) + _text(exc.stderr)
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+    returncode = proc.returncode
     seconds = time.monotonic() - start
     reported = json.loads(result_path.read_text()) if result_path.exists() else {}
     if reported.get("push_status") and reported.get("record"):

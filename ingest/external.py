@@ -124,7 +124,13 @@ def parse_mapping(doc: dict[str, Any], where: str = "mapping") -> Mapping:
     if not isinstance(doc, dict) or set(doc) - {"fields", "defaults"}:
         raise MappingError(f"{where}: top-level tables are [fields] and [defaults], got {sorted(doc)}")
     rules = []
-    for name, spec in (doc.get("fields") or {}).items():
+    specs = dict(doc.get("fields") or {})
+    nested = specs.pop("extra", None)  # TOML `extra.x = {...}` (unquoted) is a nested table
+    if isinstance(nested, dict):
+        specs.update({f"extra.{k}": v for k, v in nested.items()})
+    elif nested is not None:
+        raise MappingError(f"{where}: fields.extra must hold extra.NAME rules")
+    for name, spec in specs.items():
         _check_field(name, where)
         if isinstance(spec, str):
             spec = {"column": spec}

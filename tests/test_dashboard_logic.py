@@ -75,7 +75,8 @@ def all_runs(api):
 # --- formats ----------------------------------------------------------------------------------
 
 def test_formats():
-    assert [size_label(s) for s in (1.3, 8.0, 0.12, 405.0, 1200.0, None)] == ["1.3B", "8B", "0.12B", "405B", "1.2T", "?"]
+    assert [size_label(s) for s in (1.3, 8.0, 0.12, 405.0, 1200.0, None)] == \
+        ["1.3B", "8B", "0.12B", "405B", "1.2T", "?"]
     assert nodes_label(1) == "1 node" and nodes_label(4) == "4 nodes"
     assert pct(0.39178) == "39.2%" and pct(None) == "?"
     assert [compact(v) for v in (40149.94, 950.2, 1234.0, 2.5e6, None)] == ["40.1k", "950", "1.23k", "2.5M", "?"]
@@ -113,8 +114,10 @@ def test_cell_counts_match_the_csv(cells, data_dir):
     counts = Counter((int(float(r["nodes"])), r["status"]) for r in csv_rows(data_dir))
     for cell in cells:
         n = cell["nodes"]
-        assert hm.cell_counts(cell) == f"ok {counts[n, 'Success']} · OOM {counts[n, 'OOM']} · failed {counts[n, 'Other']}"
-    assert hm.default_cell(cells) == (1.3, max((1, 2, 4), key=lambda n: sum(counts[n, s] for s in ("Success", "OOM", "Other"))))
+        ok, oom, other = (counts[n, s] for s in ("Success", "OOM", "Other"))
+        assert hm.cell_counts(cell) == f"ok {ok} · OOM {oom} · failed {other}"
+    busiest = max((1, 2, 4), key=lambda n: sum(counts[n, s] for s in ("Success", "OOM", "Other")))
+    assert hm.default_cell(cells) == (1.3, busiest)
 
 
 def failure_cell(**over):
@@ -223,8 +226,8 @@ def test_candidates_rows_on_a_real_answer(api, data_dir):
     rows = rec.candidate_rows(body["candidates"])
     best = csv_best(data_dir, 2)
     assert rows.iloc[0]["match"] == "exact"
-    assert rows.iloc[0]["config"].startswith(f"DP{best['dp']} TP{best['tp']} PP{best['pp']} "
-                                             f"GAS{int(float(best['batch_accum']))} Z{best['zero_stage']} MBS{best['mbs']}")
+    assert rows.iloc[0]["config"] == (f"DP{best['dp']} TP{best['tp']} PP{best['pp']} "
+                                      f"GAS{int(float(best['batch_accum']))} Z{best['zero_stage']} MBS{best['mbs']}")
     assert rows.iloc[0]["tokens_per_sec_per_gpu"] == pytest.approx(float(best["tok/s/gpu"]))
     assert rows["evidence"].iloc[0].startswith(f"{body['candidates'][0]['evidence']['n_runs']} run")
     assert rec.target_text(body["target"]).startswith("1.3B on 2 node(s) × 8 GPUs (16) of H100-SXM-80GB, seq 4096")
@@ -266,18 +269,40 @@ def test_scaling_points_and_amdahl_curve(data_dir):
     assert sc.amdahl_summary(None, "only 1 node count measured") == "no Amdahl fit: only 1 node count measured"
 
 
-def test_planner_helpers():
-    assert sc.parse_count("3B") == 3_000_000_000 and sc.parse_count("11T") == 11 * 10**12
-    assert sc.parse_count("1.34e9") == 1_340_000_000 and sc.parse_count("") is None and sc.parse_count(7) == 7
-    with pytest.raises(ValueError):
-        sc.parse_count("lots")
-    plan = {"gpus": 379.2, "nodes": 48, "mfu": 0.3, "mfu_source": "given", "peak_tflops": 720.0,
-            "peak_source": "given", "extra_field": "x"}
-    assert sc.plan_headline(plan) == "≈ 379 GPUs (48 nodes) at MFU 30.0% (given) and 720 TFLOP/s peak (given)"
-    rows = sc.plan_rows(plan)
-    assert rows.iloc[0].tolist() == ["GPUs", "379.2"] and rows.iloc[-1].tolist() == ["extra_field", "x"]
-    assert sc.default_target([{"model_size_class": 1.3, "nodes": 1, "best": {"gpu_type": "H100-SXM-80GB"}}]) == \
-        {"model_size_class": 1.3, "gpu_type": "H100-SXM-80GB"}
+def test_scaling_on_a_real_answer(api, data_dir):
+    body = api.get("/api/v1/scaling", params={"model_params": "1.34B", "gpu_type": "H100-SXM-80GB"}).json()
+    frame = sc.points_frame(body["points"])
+    assert frame.nodes.tolist() == [1, 2, 4]
+    assert frame.tokens_per_sec_per_gpu.tolist() == pytest.approx([float(csv_best(data_dir, n)["tok/s/gpu"])
+                                                                   for n in (1, 2, 4)])
+    assert frame.config.iloc[0] == "DP8 TP1 PP1 GAS16 Z0 MBS2"
+    s = body["amdahl"]["serial_fraction"]
+    curve = sc.amdahl_curve(frame, body["amdahl"])
+    assert curve.efficiency.iloc[-1] == pytest.approx(1 / (s * 4 + 1 - s))
+    assert sc.amdahl_summary(body["amdahl"], body["amdahl_reason"]).startswith(f"serial fraction {pct(s, 2)}")
+
+
+def test_planner_texts_on_a_real_answer(api):
+    # the SmolLM3 playbook example: 3B, 11T tokens, 28 days, 720 TFLOP/s at 30 % MFU → 379 GPUs
+    plan = api.get("/api/v1/plan", params={"model_params": "3B", "tokens": "11T", "days": 28, "mfu": 0.30,
+                                           "peak_tflops": 720}).json()
+    assert sc.plan_headline(plan).startswith("≈ 379 GPUs (48 nodes) at MFU 30.0% (given) and 720 TFLOP/s peak (given)")
+    rows = dict(sc.plan_rows(plan).values.tolist())
+    assert rows["GPUs"] == "379" and rows["MFU"] == "30.0%" and rows["training tokens"] == "11,000,000,000,000"
+    assert "notes" not in rows and "formula" not in rows
+    # MFU from the nearest recorded run, with the Amdahl efficiency of the sample's 1–4 node fit
+    nearest = api.get("/api/v1/plan", params={"model_params": "1.34B", "tokens": "1T", "days": 7,
+                                              "gpu_type": "H100-SXM-80GB"}).json()
+    assert "nearest run #" in sc.plan_headline(nearest)
+    rows = dict(sc.plan_rows(nearest).values.tolist())
+    assert rows["Amdahl efficiency at the planned nodes"].endswith("%") and rows["GPU type"] == "H100-SXM-80GB"
+    def cell(size, nodes, gpu, seq, runs=1):
+        return {"model_size_class": size, "nodes": nodes, "n_success": runs, "best": {"gpu_type": gpu, "seq_len": seq}}
+
+    cells = [cell(7.0, 1, "H100", 4096, 50), cell(7.0, 2, "H100", 8192), cell(1.3, 2, "H100", 2048),
+             cell(1.3, 4, "H100", 2048), cell(1.3, 8, "A100", 2048)]
+    assert sc.default_target(cells) == {"model_size_class": 1.3, "gpu_type": "H100", "seq_len": 2048}
+    assert sc.default_target([]) == {}
 
 
 # --- failures ---------------------------------------------------------------------------------
@@ -295,6 +320,12 @@ def test_failure_aggregates_match_the_csv(api, cells, all_runs, data_dir):
     configs = fl.by_config(all_runs, limit=1000)
     assert configs.failures.sum() == sum(v for (n, s), v in counts.items() if s != "Success")
     assert configs.failures.is_monotonic_decreasing
+    layouts = Counter((int(float(r["nodes"])), f"DP{r['dp']} TP{r['tp']} PP{r['pp']} Z{r['zero_stage']}")
+                      for r in csv_rows(data_dir) if r["status"] != "Success")
+    (top_nodes, top_layout), top_n = layouts.most_common(1)[0]
+    assert configs.failures.iloc[0] == top_n
+    row = configs[(configs.nodes == top_nodes) & (configs.layout == top_layout)].iloc[0]
+    assert row.failures == top_n and row.oom + row.failed == top_n
     fig = fl.class_figure(classes)
     assert fig.layout.barmode == "stack" and len(fig.data) == len(classes.columns)
     latest = fl.latest_errors(all_runs, limit=5)
@@ -326,7 +357,8 @@ def test_sql_result_table():
     frame = sq.result_frame(body)
     assert list(frame.columns) == ["nodes", "n", "n_2"] and frame.n.tolist() == [65, 120]
     caption = sq.result_caption(body, 0.012)
-    assert caption.startswith("2 rows (truncated") and "3 ms in the database" in caption and "12 ms round trip" in caption
+    assert caption.startswith("2 rows (truncated")
+    assert "3 ms in the database" in caption and "12 ms round trip" in caption
     assert "FROM runs" in sq.EXAMPLE_QUERY
 
 

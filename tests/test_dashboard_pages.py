@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 from collections import Counter
+from datetime import date, datetime
 from pathlib import Path
 
 import httpx
@@ -128,6 +129,17 @@ def test_heatmap_page_shows_the_best_config_per_cell(live_api, data_dir, backend
     labels = [b.proto.label for b in at.get("download_button")]
     assert "Cells as CSV" in labels and ("Heatmap as PNG" in labels or "Heatmap as HTML" in labels)
 
+    # date range: only the runs started from 2025-01-01 on (the CSV's `date` column; undated rows drop out)
+    at.date_input(key="hm_after").set_value(date(2025, 1, 1)).run()
+    dated = Counter((int(float(r["nodes"])), r["status"]) for r in csv_rows(data_dir)
+                    if r["date"] and datetime.fromisoformat(r["date"]).date() >= date(2025, 1, 1))
+    options = at.selectbox(key="hm_cell").options
+    for nodes in {n for n, _ in dated}:
+        label = next(o for o in options if o.startswith(f"1.3B × {nodes} node"))
+        ok, oom, other = (dated[nodes, s] for s in ("Success", "OOM", "Other"))
+        assert label.endswith(f"ok {ok} · OOM {oom} · failed {other}")
+    at.date_input(key="hm_after").set_value(None).run()
+
     # "What worked?" under the heatmap, prefilled from the selected cell (1.3B × 2 nodes)
     assert at.text_input(key="hm_rec_model").value == "1.3B" and at.number_input(key="hm_rec_nodes").value == 2
     at.button(key="hm_rec_submit").click().run()
@@ -142,8 +154,8 @@ def test_heatmap_empty_database_says_how_to_import(live_api):
     assert not at.error
 
 
-@pytest.mark.parametrize("page", [None, "pages/what_worked.py", "pages/runs.py", "pages/scaling.py",
-                                  "pages/failures.py", "pages/sql.py"])
+@pytest.mark.parametrize("page", [None, "app_pages/what_worked.py", "app_pages/runs.py", "app_pages/scaling.py",
+                                  "app_pages/failures.py", "app_pages/sql.py"])
 def test_every_page_says_when_the_api_is_down(monkeypatch, page):
     url = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("SCALEBOOK_API_URL", url)
@@ -170,7 +182,7 @@ def test_token_required_then_accepted(live_api, data_dir, monkeypatch):
 @DUCKDB
 def test_what_worked_page_answers_with_evidence(live_api, data_dir):
     load(live_api, data_dir)
-    at = app("pages/what_worked.py")
+    at = app("app_pages/what_worked.py")
     at.text_input(key="ww_model").input("1.34B")
     at.number_input(key="ww_nodes").set_value(4)
     at.selectbox(key="ww_gpu").select("H100-SXM-80GB")
@@ -190,7 +202,7 @@ def test_what_worked_page_answers_with_evidence(live_api, data_dir):
 @DUCKDB
 def test_runs_page_filters_pages_and_compares(live_api, data_dir):
     stored = load(live_api, data_dir)
-    at = app("pages/runs.py")
+    at = app("app_pages/runs.py")
     assert f"**{stored:,} runs** match" in texts(at)
     assert len(frame_with(at, "id", "config", "status")) == 100
 
@@ -224,7 +236,7 @@ def test_runs_page_filters_pages_and_compares(live_api, data_dir):
 @DUCKDB
 def test_scaling_page(live_api, data_dir):
     load(live_api, data_dir, published=False)
-    at = app("pages/scaling.py")
+    at = app("app_pages/scaling.py")
     probe = httpx.get(f"{live_api}/api/v1/scaling", params={"model_params": 1_300_000_000})
     if probe.status_code == 404 and probe.json()["error"]["message"] == "Not Found":
         assert any("no `/api/v1/scaling` endpoint yet" in w.value for w in at.warning)  # older server
@@ -249,7 +261,7 @@ def test_scaling_page(live_api, data_dir):
 @DUCKDB
 def test_failures_page_counts_match_the_csv(live_api, data_dir):
     load(live_api, data_dir, published=False)
-    at = app("pages/failures.py")
+    at = app("app_pages/failures.py")
     assert not at.error
     counts = Counter((int(float(r["nodes"])), r["status"]) for r in csv_rows(data_dir))
     by_nodes = frame_with(at, "nodes", "runs", "oom", "other_failed", "failure_rate")
@@ -268,7 +280,7 @@ def test_failures_page_counts_match_the_csv(live_api, data_dir):
 @DUCKDB
 def test_sql_page_runs_a_query(live_api, data_dir):
     load(live_api, data_dir, published=False)
-    at = app("pages/sql.py")
+    at = app("app_pages/sql.py")
     assert "FROM runs" in at.text_area(key="sql_query").value
     at.button(key="sql_run").click().run()
     probe = httpx.post(f"{live_api}/api/v1/sql", json={"query": "SELECT 1"})

@@ -108,7 +108,7 @@ def test_regressions_cli(live_api):
 
     from service.cli import app
 
-    with httpx.Client(base_url=live_api) as http:
+    with httpx.Client(base_url=live_api, timeout=120) as http:
         runs = [run(f"f{i}", v, i, nodes=64) for i, v in enumerate(A_HISTORY)] + [run("f-drop", 800.0, 30, nodes=64)]
         assert http.post("/api/v1/runs", json={"runs": runs}).status_code == 201
     runner = CliRunner()

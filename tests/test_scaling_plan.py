@@ -176,7 +176,8 @@ def test_plan_takes_mfu_from_the_nearest_recorded_run(nanotron_client, data_dir)
     assert body["mfu"] == pytest.approx(mfu(best), rel=1e-9)
     run = nanotron_client.get(f"/api/v1/runs/{body['mfu_run']['id']}").json()
     assert run["name"] == best["name"]
-    assert body["mfu_source"] == f"nearest run #{run['id']} (1.3B, {int(float(best['nodes']))} nodes, H100-SXM-80GB)"
+    nodes = int(float(best["nodes"]))
+    assert body["mfu_source"] == f"nearest run #{run['id']} (1.3B, {nodes} node{'s' if nodes > 1 else ''}, H100-SXM-80GB)"
     assert body["peak_tflops"] == 989 and body["peak_source"].startswith("catalog: H100-SXM-80GB")
     assert "datasheet" in body["peak_source"]
     exact = 6 * 1.34e9 * 100e9 / (H100_BF16_PEAK * mfu(best) * 7 * 86400)
@@ -206,7 +207,7 @@ def test_scaling_and_plan_cli(live_api, data_dir):
     from ingest.parsers import nanotron
     from service.cli import app
 
-    with httpx.Client(base_url=live_api) as http:
+    with httpx.Client(base_url=live_api, timeout=120) as http:
         post_records(http, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
         api_body = http.get("/api/v1/scaling", params={"model_params": "1.34B"}).json()
     runner = CliRunner()

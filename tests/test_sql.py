@@ -101,7 +101,13 @@ def hostile_queries(out):
         ("SELECT pg_catalog.pg_read_file('/etc/passwd')", "pg_read_file"),
         ('SELECT U&"\\0070g_read_file"(\'/etc/passwd\')', "not allowed"),
         ("SELECT txid_current()", "txid_current"),
+        ("SELECT * FROM runs, LATERAL enable_profiling() t", "enable_profiling"),
+        ("SELECT * FROM enable_logging()", "enable_logging"),
+        ("SELECT ts_rewrite('a'::tsquery, 'SELECT * FROM api_tokens')", "ts_rewrite"),
+        ("SELECT brin_summarize_new_values('ix_runs_heatmap')", "brin_summarize_new_values"),
         ("", ""),
+        ("SELECT " + "(" * 3000 + "1" + ")" * 3000, "nested too deeply"),
+        ("SELECT " + "1 + " * 3000 + "1", "characters long"),
     ]
 
 
@@ -269,7 +275,7 @@ def test_sql_cli_formats(live_api, data_dir):
     from ingest.parsers import nanotron
     from service.cli import app
 
-    with httpx.Client(base_url=live_api) as http:
+    with httpx.Client(base_url=live_api, timeout=120) as http:
         stored, _ = post_records(http, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
     assert stored == N_SAMPLE
     runner = CliRunner()

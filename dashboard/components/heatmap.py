@@ -82,12 +82,12 @@ def downloads(fig: Any, cells: list[dict[str, Any]]) -> None:
                         key="hm_csv")
     with c2:
         if importlib.util.find_spec("kaleido") is not None:
-            st.download_button("Heatmap as PNG", data=lambda: fig.to_image(format="png", scale=2), icon=":material/image:",
-                               file_name="scalebook-heatmap.png", mime="image/png", key="hm_png", on_click="ignore")
+            st.download_button("Heatmap as PNG", data=lambda: fig.to_image(format="png", scale=2),
+                               icon=":material/image:", file_name="scalebook-heatmap.png", mime="image/png", key="hm_png", on_click="ignore")
         else:
             st.download_button("Heatmap as HTML", data=lambda: fig.to_html(include_plotlyjs=True, full_html=True),
-                               file_name="scalebook-heatmap.html", mime="text/html", key="hm_html", icon=":material/image:",
-                               on_click="ignore",
+                               file_name="scalebook-heatmap.html", mime="text/html", key="hm_html",
+                               icon=":material/image:", on_click="ignore",
                                help="kaleido is not installed, so no server-side PNG: this HTML file is the "
                                     "interactive chart; the camera icon above the chart saves a PNG")
 

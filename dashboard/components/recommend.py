@@ -95,8 +95,11 @@ def card(i: int, c: dict[str, Any]) -> None:
         peak = m.get("peak_memory_gib")
         cols[2].metric("recorded peak memory", f"{peak:.1f} GiB" if peak is not None else "?")
         check = rec.memory_check(c)
-        cols[3].metric("memory model", "fits" if check.startswith("✓") else "no fit" if check.startswith("✗") else "?",
-                       help=check)
+        mem = c.get("memory") or {}
+        predicted, capacity = mem.get("predicted_peak_memory_gib"), mem.get("gpu_memory_gib")
+        verdict = {True: "✓ fits", False: "✗ does not fit"}.get(mem.get("fits"), "not checked")
+        cols[3].metric(f"memory model: {verdict}",
+                       f"{predicted:.0f} / {capacity:g} GiB" if predicted is not None and capacity else "?", help=check)
         st.markdown(f"**Evidence:** {rec.evidence_text(c)}"
                     + (f" — recorded on {rec.source_text(c)}" if rec.source_text(c) else "")
                     + f"  \n**Memory:** {check}"

@@ -47,7 +47,8 @@ def scaling(options: dict[str, list[Any]], cells: list[dict[str, Any]]) -> None:
                          index=(gpus.index(target["gpu_type"]) + 1) if target.get("gpu_type") in gpus else 0)
     seqs = options.get("seq_len", [])
     seq = c[2].selectbox("Sequence length", [None, *seqs], format_func=lambda v: "any" if v is None else f"{v:,}",
-                         key="sc_seq")
+                         key="sc_seq", index=(seqs.index(target["seq_len"]) + 1) if target.get("seq_len") in seqs
+                         else 0)
     if size is None:
         st.info("No model size to chart yet.")
         return
@@ -93,13 +94,9 @@ def planner(options: dict[str, list[Any]]) -> None:
         peak = c[5].number_input("Peak TFLOP/s (0 = catalog)", min_value=0.0, value=0.0, key="plan_peak")
         submitted = st.form_submit_button("Plan", type="primary", key="plan_submit")
     if submitted:
-        try:
-            st.session_state["plan_query"] = {
-                "model_params": sc.parse_count(model), "tokens": sc.parse_count(tokens), "days": days,
-                "gpu_type": gpu, "mfu": mfu / 100 if mfu else None, "peak_tflops": peak or None}
-        except ValueError as exc:
-            st.error(f"Cannot read the form: {exc}")
-            return
+        st.session_state["plan_query"] = {
+            "model_params": model.strip(), "tokens": tokens.strip(), "days": days, "gpu_type": gpu,
+            "mfu": mfu / 100 if mfu else None, "peak_tflops": peak or None}
     query = st.session_state.get("plan_query")
     if not query:
         st.caption("The SmolLM3 playbook's example — 3B parameters, 11T tokens, 4 weeks, 720 TFLOP/s at 30 % "
@@ -110,3 +107,6 @@ def planner(options: dict[str, list[Any]]) -> None:
         return
     st.success(sc.plan_headline(plan))
     st.table(sc.plan_rows(plan).set_index("quantity"))
+    for note in [plan.get("formula"), *(plan.get("notes") or [])]:
+        if note:
+            st.caption(note)

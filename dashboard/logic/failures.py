@@ -69,24 +69,37 @@ def class_figure(table: pd.DataFrame) -> go.Figure:
     return fig
 
 
+def layout_label(run: Run) -> str:
+    """The parallel layout of a run without the batch knobs: "DP16 TP2 PP1 Z1" (CP/EP when > 1)."""
+    dims = [f"DP{run.get('dp') or '?'}", f"TP{run.get('tp') or '?'}", f"PP{run.get('pp') or '?'}"]
+    dims += [f"{d.upper()}{run[d]}" for d in ("cp", "ep") if (run.get(d) or 1) > 1]
+    zero = run.get("zero_stage")
+    return " ".join([*dims, f"Z{zero if zero is not None else '?'}"])
+
+
+def _values(values: set[Any]) -> str:
+    known = sorted(v for v in values if v is not None)
+    return ", ".join(str(v) for v in known) + (", ?" if None in values else "")
+
+
 def by_config(runs: Sequence[Run], limit: int = 50) -> pd.DataFrame:
-    """Failed runs grouped by model size, nodes and config label: count per status and the most
-    common error class, most failures first."""
-    groups: dict[tuple[Any, Any, str], Counter] = {}
-    classes: dict[tuple[Any, Any, str], Counter] = {}
+    """Failed runs grouped by model size, nodes and parallel layout (DP/TP/PP/CP/EP + ZeRO): count per
+    status, the micro-batch sizes and accumulation steps that failed, and the most common error
+    class; most failures first."""
+    groups: dict[tuple[Any, Any, str], list[Run]] = {}
     for r in runs:
-        if r.get("status") == "success":
-            continue
-        key = (r.get("model_size_class"), r.get("nodes"), config_label(r))
-        groups.setdefault(key, Counter())[r.get("status")] += 1
-        classes.setdefault(key, Counter())[failure_class(r)] += 1
+        if r.get("status") != "success":
+            groups.setdefault((r.get("model_size_class"), r.get("nodes"), layout_label(r)), []).append(r)
     rows = []
-    for (size, nodes, label), k in groups.items():
-        rows.append({"model_size": size_label(size) if size is not None else "?", "nodes": nodes,
-                     "config": label, "failures": sum(k.values()),
-                     **{s: k.get(s, 0) for s in FAILED_STATUSES},
-                     "top_error_class": classes[(size, nodes, label)].most_common(1)[0][0]})
-    columns = ["model_size", "nodes", "config", "failures", *FAILED_STATUSES, "top_error_class"]
+    for (size, nodes, layout), members in groups.items():
+        statuses = Counter(r.get("status") for r in members)
+        rows.append({"model_size": size_label(size) if size is not None else "?", "nodes": nodes, "layout": layout,
+                     "failures": len(members), **{s: statuses.get(s, 0) for s in FAILED_STATUSES},
+                     "failed_mbs": _values({r.get("micro_batch_size") for r in members}),
+                     "failed_gas": _values({r.get("grad_accum_steps") for r in members}),
+                     "top_error_class": Counter(failure_class(r) for r in members).most_common(1)[0][0]})
+    columns = ["model_size", "nodes", "layout", "failures", *FAILED_STATUSES, "failed_mbs", "failed_gas",
+               "top_error_class"]
     frame = pd.DataFrame(rows, columns=columns)
     if frame.empty:
         return frame

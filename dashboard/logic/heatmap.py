@@ -164,13 +164,14 @@ def text_font_size(grid: Grid, width_px: int = PLOT_WIDTH_PX) -> int:
         return 0
     longest = max((len(line) for c in grid.cells.values() for line in cell_lines(c, grid.metric)), default=10)
     col_px = (width_px - 120) / len(grid.nodes)
-    size = int(min(13, col_px / (0.62 * max(longest, 8))))
+    size = int(min(15, col_px / (0.62 * max(longest, 8))))
     return size if size >= 8 else 0
 
 
 def figure(grid: Grid, show_text: bool = True, width_px: int = PLOT_WIDTH_PX) -> go.Figure:
     """Plotly heatmap: coloured cells with the best config written in them, failure-only cells grey
-    with their failure counts in red, empty positions blank. Hover shows every detail."""
+    with their failure counts in red, empty positions blank. Hover shows every detail; clicking
+    anywhere selects the nearest cell (trace "cells": one invisible marker per cell)."""
     font = text_font_size(grid, width_px) if show_text else 0
     xs, ys = grid.col_labels, grid.row_labels
     is_mfu = grid.metric == "mfu"
@@ -181,7 +182,7 @@ def figure(grid: Grid, show_text: bool = True, width_px: int = PLOT_WIDTH_PX) ->
         z=z, x=xs, y=ys, colorscale=COLORSCALE, xgap=3, ygap=3, hoverongaps=False,
         text=grid.matrix(lambda c: cell_text(c, grid.metric).replace("\n", "<br>") if c.get("best") else "", ""),
         texttemplate="%{text}" if font else None, textfont={"size": font or 10, "color": "#111111"},
-        customdata=hover, hovertemplate="%{customdata}<extra></extra>", name="best run",
+        name="best run",
         colorbar={"title": {"text": "MFU %" if is_mfu else "tok/s/GPU"}, "ticksuffix": "%" if is_mfu else ""},
     ))
     failed = grid.matrix(lambda c: None if c.get("best") else 1.0)
@@ -191,8 +192,20 @@ def figure(grid: Grid, show_text: bool = True, width_px: int = PLOT_WIDTH_PX) ->
             xgap=3, ygap=3, hoverongaps=False, zmin=0, zmax=1,
             text=grid.matrix(lambda c: "" if c.get("best") else failure_text(c), ""),
             texttemplate="%{text}" if font else None, textfont={"size": font or 10, "color": FAILED_TEXT},
-            customdata=hover, hovertemplate="%{customdata}<extra></extra>", name="failures only",
+            name="failures only",
         ))
+    # plotly heatmaps cannot be selected: an invisible marker at every cell centre takes the hover
+    # and the click (nearest centre, wherever the pointer is), so a click selects that cell
+    centres = [(xs[j], ys[i], hover[i][j]) for i, size in enumerate(grid.sizes) for j, nodes in enumerate(grid.nodes)
+               if grid.cell(size, nodes)]
+    fig.add_trace(go.Scatter(
+        x=[c[0] for c in centres], y=[c[1] for c in centres], customdata=[c[2] for c in centres], mode="markers",
+        marker={"size": 24, "opacity": 0}, hovertemplate="%{customdata}<extra></extra>", name="cells",
+        showlegend=False,
+    ))
+    for trace in fig.data[:-1]:
+        trace.hoverinfo = "skip"
+        trace.hovertemplate = None
     lines = max((len(cell_lines(c, grid.metric)) for c in grid.cells.values()), default=1)
     row_px = max(30, int(lines * (font or 0) * 1.45) + 18) if font else 30
     fig.update_layout(
@@ -200,7 +213,7 @@ def figure(grid: Grid, show_text: bool = True, width_px: int = PLOT_WIDTH_PX) ->
         margin={"l": 10, "r": 10, "t": 40, "b": 10},
         xaxis={"title": {"text": "nodes"}, "type": "category", "side": "top"},
         yaxis={"title": {"text": "model size"}, "type": "category", "autorange": "reversed"},
-        plot_bgcolor="white",
+        plot_bgcolor="white", hovermode="closest", hoverdistance=-1, clickmode="event+select",
     )
     return fig
 

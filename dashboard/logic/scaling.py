@@ -109,43 +109,63 @@ def figure(frame: pd.DataFrame, curve: pd.DataFrame, title: str = "") -> go.Figu
                                  name="Amdahl fit", line={"color": "#d62728"}), row=1, col=1)
         fig.add_trace(go.Scatter(x=curve["nodes"], y=curve["efficiency"], mode="lines", showlegend=False,
                                  name="Amdahl fit", line={"color": "#d62728"}), row=1, col=2)
-    fig.update_xaxes(title_text="nodes")
+    ticks = [int(n) for n in frame["nodes"]] if not frame.empty else None
+    fig.update_xaxes(title_text="nodes", type="log", tickvals=ticks, ticktext=[str(t) for t in ticks or []])
     fig.update_yaxes(tickformat=".0%", row=1, col=2, rangemode="tozero")
-    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(type="log", row=1, col=1)  # log-log: linear scaling is a straight line
     fig.update_layout(height=420, title=title, margin={"t": 60, "l": 10, "r": 10, "b": 10},
                       legend={"orientation": "h", "y": -0.2})
     return fig
 
 
 PLAN_LABELS = {
-    "gpus": "GPUs", "nodes": "nodes", "mfu": "MFU", "mfu_source": "MFU from", "peak_tflops": "peak TFLOP/s per GPU",
-    "peak_source": "peak from", "days": "days", "tokens": "tokens", "model_params": "parameters",
-    "gpu_type": "GPU type",
+    "gpus": "GPUs", "gpus_exact": "GPUs (exact)", "nodes": "nodes", "gpus_per_node": "GPUs per node",
+    "gpu_type": "GPU type", "mfu": "MFU", "mfu_source": "MFU from", "peak_tflops": "peak TFLOP/s per GPU",
+    "peak_source": "peak from", "model_params": "parameters", "model_size_class": "model size class (B)",
+    "tokens": "training tokens", "days": "days", "total_flops": "training FLOPs (6·N·tokens)",
+    "gpu_hours": "GPU-hours (GPUs × days)", "gpu_hours_compute": "GPU-hours of compute",
 }
+EFFICIENCY_LABELS = {
+    "predicted_efficiency": "Amdahl efficiency at the planned nodes",
+    "relative_to_reference": "efficiency relative to the MFU run's node count",
+    "nodes_with_scaling_loss": "nodes, counting the scaling loss",
+    "gpus_with_scaling_loss": "GPUs, counting the scaling loss",
+    "serial_fraction": "serial fraction", "source": "scaling fit",
+}
+#: shown elsewhere (headline, captions) rather than in the table
+PLAN_SKIP = {"notes", "formula", "mfu_run", "efficiency"}
+_PERCENT = {"mfu", "predicted_efficiency", "relative_to_reference", "serial_fraction"}
+
+
+def _show(key: str, value: Any) -> str:
+    if key in _PERCENT and isinstance(value, (int, float)):
+        return pct(float(value), 2 if key == "serial_fraction" else 1)
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:.3e}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    if isinstance(value, (dict, list)):
+        import json
+
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
 
 
 def plan_rows(plan: Mapping[str, Any]) -> pd.DataFrame:
-    """The planner's answer as (quantity, value) rows, known fields first, the rest after."""
-    def show(key: str, value: Any) -> str:
-        if key == "mfu" and isinstance(value, (int, float)):
-            return pct(float(value))
-        if isinstance(value, float):
-            return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.3e}"
-        if isinstance(value, int):
-            return f"{value:,}"
-        if isinstance(value, (dict, list)):
-            import json
-
-            return json.dumps(value, sort_keys=True, default=str)
-        return str(value)
-
-    keys = [k for k in PLAN_LABELS if k in plan] + sorted(k for k in plan if k not in PLAN_LABELS)
-    return pd.DataFrame([(PLAN_LABELS.get(k, k), show(k, plan[k])) for k in keys if plan[k] is not None],
-                        columns=["quantity", "value"])
+    """The planner's answer as (quantity, value) rows: known fields first, then the Amdahl efficiency
+    at that scale, then anything else the API added."""
+    keys = [k for k in PLAN_LABELS if k in plan]
+    keys += sorted(k for k in plan if k not in PLAN_LABELS and k not in PLAN_SKIP)
+    rows = [(PLAN_LABELS.get(k, k), _show(k, plan[k])) for k in keys if plan[k] is not None]
+    eff = plan.get("efficiency") or {}
+    rows += [(EFFICIENCY_LABELS.get(k, k), _show(k, v)) for k, v in eff.items()
+             if v is not None and k != "serial_fraction_stderr"]
+    return pd.DataFrame(rows, columns=["quantity", "value"])
 
 
 def plan_headline(plan: Mapping[str, Any]) -> str:
-    """"≈ 379 GPUs (48 nodes) at MFU 30.0% (recorded run #12) and 720 TFLOP/s (catalog: …)"."""
+    """"≈ 379 GPUs (48 nodes) at MFU 30.0% (given) and 720 TFLOP/s peak (given)", plus the count
+    with the Amdahl scaling loss when the API estimated it."""
     gpus = plan.get("gpus")
     nodes = plan.get("nodes")
     text = f"≈ {gpus:,.0f} GPUs" if isinstance(gpus, (int, float)) else "GPUs: ?"
@@ -159,39 +179,27 @@ def plan_headline(plan: Mapping[str, Any]) -> str:
         text += f" and {float(plan['peak_tflops']):,.0f} TFLOP/s peak"
         if plan.get("peak_source"):
             text += f" ({plan['peak_source']})"
+    eff = plan.get("efficiency") or {}
+    if eff.get("gpus_with_scaling_loss"):
+        text += f"; counting the Amdahl scaling loss: ≈ {eff['gpus_with_scaling_loss']:,} GPUs"
+        if eff.get("nodes_with_scaling_loss"):
+            text += f" ({eff['nodes_with_scaling_loss']:,} nodes)"
     return text
 
 
-_SUFFIX = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12, "P": 1e15}
-
-
-def parse_count(text: str | float | int | None) -> int | None:
-    """Human counts to integers: "3B" -> 3_000_000_000, "11T" -> 11e12, "1.34e9", "8030261248";
-    None or "" -> None. Raises ValueError on anything else."""
-    if text is None:
-        return None
-    if isinstance(text, (int, float)):
-        return int(text)
-    s = text.strip().replace(",", "").replace("_", "")
-    if not s:
-        return None
-    scale = 1.0
-    if s[-1] in _SUFFIX:
-        s, scale = s[:-1], _SUFFIX[s[-1]]
-    value = float(s) * scale
-    if value <= 0 or value != value:
-        raise ValueError(f"not a positive count: {text!r}")
-    return int(round(value))
-
-
 def default_target(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The scaling view to open first: the model size measured at the most node counts, with the
-    GPU type most of its best runs used."""
-    from collections import Counter
-
-    per_size = Counter(c["model_size_class"] for c in cells if c.get("best"))
-    if not per_size:
+    """The scaling view to open first: the (model size, GPU type, sequence length) whose best runs
+    span the most node counts in the heatmap (ties: more runs, then the smaller model)."""
+    spans: dict[tuple[Any, Any, Any], set[int]] = {}
+    runs: dict[tuple[Any, Any, Any], int] = {}
+    for c in cells:
+        best = c.get("best")
+        if not best:
+            continue
+        key = (c["model_size_class"], best.get("gpu_type"), best.get("seq_len"))
+        spans.setdefault(key, set()).add(c["nodes"])
+        runs[key] = runs.get(key, 0) + c.get("n_success", 0) + c.get("n_oom", 0) + c.get("n_failed", 0)
+    if not spans:
         return {}
-    size = max(per_size, key=lambda s: (per_size[s], -s))
-    gpus = Counter(c["best"].get("gpu_type") for c in cells if c["model_size_class"] == size and c.get("best"))
-    return {"model_size_class": size, "gpu_type": gpus.most_common(1)[0][0] if gpus else None}
+    size, gpu, seq = max(spans, key=lambda k: (len(spans[k]), runs[k], -k[0]))
+    return {"model_size_class": size, "gpu_type": gpu, "seq_len": seq}

@@ -5,11 +5,13 @@ metric. On PostgreSQL that is a LATERAL top-1 per cell (service/analytics/heatma
 make each top-1 read a few index entries instead of every successful run of the cell (~2 ms for
 10^6 runs instead of a sort of all of them):
 
-- ix_runs_best_tps: (model_size_class, nodes, tokens_per_sec_per_gpu DESC NULLS LAST)
-  WHERE status = 'success'
-- ix_runs_best_mfu: (model_size_class, nodes, COALESCE(mfu_derived, mfu) DESC NULLS LAST)
+- ix_runs_best_tps: (model_size_class, nodes, tokens_per_sec_per_gpu DESC NULLS LAST,
+  COALESCE(mfu_derived, mfu) DESC NULLS LAST, id) WHERE status = 'success'
+- ix_runs_best_mfu: (model_size_class, nodes, COALESCE(mfu_derived, mfu) DESC NULLS LAST, id)
   WHERE status = 'success'
 
+Each key is the heatmap's full ranking (metric, then MFU, then id), so the top-1 is the first
+entry of the cell even where many runs tie (e.g. published rows without a throughput).
 PostgreSQL only (partial and expression indexes): a no-op on DuckDB, whose heatmap is one columnar
 scan with arg_min and which cannot use such indexes.
 
@@ -33,10 +35,11 @@ def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.create_index("ix_runs_best_tps", "runs",
-                    ["model_size_class", "nodes", sa.text("tokens_per_sec_per_gpu DESC NULLS LAST")],
+                    ["model_size_class", "nodes", sa.text("tokens_per_sec_per_gpu DESC NULLS LAST"),
+                     sa.text("COALESCE(mfu_derived, mfu) DESC NULLS LAST"), "id"],
                     postgresql_where=SUCCESS)
     op.create_index("ix_runs_best_mfu", "runs",
-                    ["model_size_class", "nodes", sa.text("COALESCE(mfu_derived, mfu) DESC NULLS LAST")],
+                    ["model_size_class", "nodes", sa.text("COALESCE(mfu_derived, mfu) DESC NULLS LAST"), "id"],
                     postgresql_where=SUCCESS)
 
 

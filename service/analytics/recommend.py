@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.orm import Session
 
 from service import hardware
@@ -218,7 +219,7 @@ def _aggregate_sql(session: Session, value, conds: list) -> list[dict[str, Any]]
     query = sa.select(
         *_group_cols(), sa.func.count().label("n_runs"), sa.func.count(value).label("n_values"),
         sa.func.min(value).label("vmin"), sa.func.max(value).label("vmax"),
-        sa.func.array_agg(sa.aggregate_order_by(Run.id, *order)).label("ids"),
+        sa.func.array_agg(aggregate_order_by(Run.id, *order)).label("ids"),
     ).where(*conds).group_by(*_group_cols())
     groups = [dict(r) for r in session.execute(query).mappings()]
     for g in groups:

@@ -9,11 +9,11 @@ the very next request.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
 from service import auth
@@ -35,8 +35,14 @@ class TokenCreate(BaseModel):
     scope: Scope = Field(description="read: GET endpoints; write: also POST runs; admin: also tokens")
 
 
+def _utc(value: datetime | None) -> datetime | None:
+    """Stored timestamps are naive UTC; answer them with their offset (RFC 3339 'date-time')."""
+    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+
+
 class TokenInfo(BaseModel):
-    """A stored token without its secret: `prefix` is the first 10 characters of the plain token."""
+    """A stored token without its secret: `prefix` is the first 10 characters of the plain token.
+    Times are UTC."""
 
     model_config = ConfigDict(from_attributes=True)
 
@@ -46,6 +52,8 @@ class TokenInfo(BaseModel):
     prefix: str
     created_at: datetime
     revoked_at: datetime | None = None
+
+    _aware = field_validator("created_at", "revoked_at")(_utc)
 
 
 class TokenCreated(BaseModel):
@@ -57,6 +65,8 @@ class TokenCreated(BaseModel):
     token: str
     prefix: str
     created_at: datetime
+
+    _aware = field_validator("created_at")(_utc)
 
 
 class TokenList(BaseModel):

@@ -59,6 +59,13 @@ def _num(value, fmt: str = ",.0f") -> str:
     return format(value, fmt) if isinstance(value, (int, float)) else "?"
 
 
+def _si(n: float) -> str:
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if n >= div:
+            return f"{n / div:g}{suffix}"
+    return f"{n:,.0f}"
+
+
 def _config(cfg: dict) -> str:
     parts = [f"DP{cfg.get('dp')}", f"TP{cfg.get('tp')}", f"PP{cfg.get('pp')}"]
     parts += [f"{k}{cfg[v]}" for k, v in (("CP", "cp"), ("EP", "ep")) if (cfg.get(v) or 1) > 1]
@@ -134,7 +141,7 @@ def plan(
         print_json(body)
         return
     console.print(f"[bold]{body['gpus']:,} GPUs[/] ({body['nodes']:,} nodes × {body['gpus_per_node']}) for "
-                  f"{body['model_params'] / 1e9:g}B params on {body['tokens']:.3g} tokens in {body['days']:g} days")
+                  f"{body['model_params'] / 1e9:g}B params on {_si(body['tokens'])} tokens in {body['days']:g} days")
     console.print(f"  MFU {100 * body['mfu']:.1f}% — {body['mfu_source']}")
     console.print(f"  peak {body['peak_tflops']:,.0f} TFLOP/s — {body['peak_source']}")
     console.print(f"  {body['total_flops']:.3g} FLOPs; {body['gpus_exact']:,.1f} GPUs exactly; "

@@ -18,7 +18,7 @@ runs = view.failed_runs(query)
 st.subheader("Error classes by node count")
 view.classes(runs)
 
-st.subheader("Configurations that fail most")
+st.subheader("Layouts that fail most")
 view.configs(runs)
 
 st.subheader("Failure rate by configuration field")

@@ -1,21 +1,17 @@
 """SQL: read-only queries over the `runs` table through POST /api/v1/sql (same column names as
-the API and CSV export); the result as a table and CSV."""
+the API and CSV export); the result as a table and CSV. The example query runs on first visit."""
 
 import time
 
 import streamlit as st
 
 from dashboard import data, ui
-from dashboard.api import ApiError
+from dashboard.api import ApiError, DashboardApiError
 from dashboard.logic import sql
 
-st.title("SQL")
-st.caption("Read-only SQL over the `runs` table (one row per run; columns as in the API: model_size_class, "
-           "nodes, dp, tp, pp, zero_stage, status, tokens_per_sec_per_gpu, mfu_derived, peak_memory_gib, "
-           "error_class, …). The server enforces a timeout and a row cap.")
-ui.require_api(need_runs=False)
-query = st.text_area("Query", value=sql.EXAMPLE_QUERY, height=200, key="sql_query")
-if st.button("Run query", type="primary", key="sql_run", shortcut="Ctrl+Enter"):
+
+def run(query: str) -> None:
+    """POST the query; keep (answer, round-trip seconds) in session state, or show why not."""
     st.session_state["sql_result"] = None
     try:
         with st.spinner("Running…"):
@@ -27,8 +23,18 @@ if st.button("Run query", type="primary", key="sql_run", shortcut="Ctrl+Enter"):
                        "restart `scalebook serve`.", icon=":material/construction:")
         else:
             ui.show_error(exc)
-    except Exception as exc:  # ApiDown / Unauthorized: same clear messages as everywhere
+    except DashboardApiError as exc:  # down / unauthorised: the same clear messages as everywhere
         ui.show_error(exc)
+
+
+st.title("SQL")
+st.caption("Read-only SQL over the `runs` table (one row per run; columns as in the API: model_size_class, "
+           "nodes, dp, tp, pp, zero_stage, status, tokens_per_sec_per_gpu, mfu_derived, peak_memory_gib, "
+           "error_class, …). The server enforces a timeout and a row cap.")
+ui.require_api(need_runs=False)
+query = st.text_area("Query", value=sql.EXAMPLE_QUERY, height=200, key="sql_query")
+if st.button("Run query", type="primary", key="sql_run", shortcut="Ctrl+Enter") or "sql_result" not in st.session_state:
+    run(query)
 
 result = st.session_state.get("sql_result")
 if result:

@@ -1,0 +1,140 @@
+"""End to end: the real dashboard (`streamlit run dashboard/app.py`) in headless Chromium against a
+live API loaded with the Ultra-Scale Playbook nanotron sample. The expected cell is computed from
+the CSV (the successful 1-node row with the highest tok/s/gpu) and must appear both in the chart
+(plotly's SVG text) and in the grid-as-text table; a screenshot goes to test-output/heatmap.png.
+
+Needs /usr/bin/chromium and /usr/bin/chromedriver (`scripts/install_browser.sh`). Selenium is given
+the driver path and SE_OFFLINE=true, so selenium-manager never downloads anything.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import free_port, post_records
+
+pytestmark = [pytest.mark.browser, pytest.mark.parametrize("backend", ["duckdb"], indirect=True)]
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+OUTPUT = REPO / "test-output"
+
+
+def expected_best_1_node(data_dir) -> tuple[str, str, str]:
+    """(parallel dims, rest of the config, MFU text) of the best successful 1-node CSV row."""
+    with open(data_dir / "nanotron" / "bench_sample.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["status"] == "Success" and int(float(r["nodes"])) == 1]
+    best = max(rows, key=lambda r: float(r["tok/s/gpu"]))
+    return (f"DP{best['dp']} TP{best['tp']} PP{best['pp']}",
+            f"GAS{int(float(best['batch_accum']))} Z{best['zero_stage']} MBS{best['mbs']}",
+            f"MFU {float(best['mfu']):.1f}%")
+
+
+@pytest.fixture
+def dashboard(live_api, data_dir, tmp_path):
+    """`streamlit run dashboard/app.py` on a free port, reading the live API (nanotron sample loaded)."""
+    from ingest.parsers import nanotron
+
+    with httpx.Client(base_url=live_api, timeout=60) as client:
+        stored, rejected = post_records(client, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+    assert stored == 312 and not rejected
+    port = free_port()
+    log = open(tmp_path / "streamlit.log", "w+")
+    env = {**os.environ, "SCALEBOOK_API_URL": live_api, "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
+    env.pop("SCALEBOOK_TOKEN", None)
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(REPO / "dashboard" / "app.py"),
+                             "--server.headless", "true", "--server.port", str(port), "--server.address", "127.0.0.1",
+                             "--browser.gatherUsageStats", "false"],
+                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/_stcore/health", timeout=2).text.strip() == "ok":
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                pytest.fail(f"streamlit did not come up on {url}:\n{log.read()[-3000:]}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture
+def browser(tmp_path, monkeypatch):
+    """Headless Chromium through /usr/bin/chromedriver (never downloaded)."""
+    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
+        pytest.skip("headless Chromium is not installed: run scripts/install_browser.sh")
+    monkeypatch.setenv("SE_OFFLINE", "true")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1600,1500", f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_heatmap_renders_the_best_config_in_a_real_browser(dashboard, browser, data_dir):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    dims, rest, mfu = expected_best_1_node(data_dir)
+    # rank by tokens/s per GPU through the page's shareable link (widgets bound to query parameters)
+    browser.get(f"{dashboard}/?hm_metric=tokens%2Fs+per+GPU")
+
+    def chart_lines(driver) -> list[str]:
+        """Plotly's SVG text, one entry per line (multi-line cell text is split into <tspan>s)."""
+        svg = driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot svg text")
+        lines = [t.text for t in driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot svg text tspan")]
+        return lines + [t.text for t in svg if t.text]
+
+    def ready(driver) -> bool:
+        body = driver.find_element(By.TAG_NAME, "body").text
+        return f"{dims} · {rest} · " in body and f"tok/s · {mfu} · " in body and dims in chart_lines(driver)
+
+    try:
+        WebDriverWait(browser, 60, poll_frequency=0.5).until(ready)
+    finally:
+        OUTPUT.mkdir(exist_ok=True)
+        time.sleep(1.0)  # let plotly finish its transition before the picture
+        browser.save_screenshot(str(OUTPUT / "heatmap.png"))
+
+    assert "hm_metric=tokens" in browser.current_url
+    assert browser.find_elements(By.CSS_SELECTOR, "input[type=radio]")[1].is_selected()  # tokens/s per GPU
+    body = browser.find_element(By.TAG_NAME, "body").text
+    assert "Best configuration per model size × nodes" in body
+    assert "Traceback" not in body and "not reachable" not in body
+    lines = chart_lines(browser)
+    # the Playbook cell, line by line, in the chart: "DP8 TP1 PP1" / "GAS16 Z0 MBS2" / "40.1k tok/s · MFU 39.2%" /
+    # "25.1 GiB"
+    assert dims in lines and rest in lines and any(line.endswith(f"tok/s · {mfu}") for line in lines)
+    assert any(line.endswith(" GiB") for line in lines)
+    assert {"1", "2", "4", "1.3B"} <= set(lines)  # axes: node counts and the model size class
+    assert (OUTPUT / "heatmap.png").stat().st_size > 10_000

@@ -1,0 +1,222 @@
+"""Alembic migrations on both backends (DESIGN §5): upgrade from empty, downgrade/upgrade round
+trips, models == migrations (autogenerate finds nothing to do), and a database filled at each
+earlier revision upgrades to head without losing a row.
+
+DuckDB cannot reflect indexes, so there the model comparison covers tables and columns only;
+PostgreSQL compares everything, indexes included.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from conftest import create_pg_database, drop_pg_database
+from service import benchtool, store
+from service.db import Database, alembic_config
+from service.tables import Base
+
+#: Index-only diff kinds, ignored on DuckDB (no index reflection there).
+INDEX_DIFFS = {"add_index", "remove_index", "add_constraint", "remove_constraint"}
+#: PostgreSQL-only indexes created by migration 0003 under a dialect check, to be declared in
+#: service/tables.py with `.ddl_if(dialect="postgresql")` (see that migration). Tolerated only
+#: while service/tables.py does not declare them yet; once it does they are compared like the rest.
+PG_ONLY_INDEXES = {"ix_runs_best_tps", "ix_runs_best_mfu"}
+
+
+def revisions() -> list[str]:
+    """Revision ids, oldest first."""
+    script = ScriptDirectory.from_config(alembic_config("duckdb:///:memory:"))
+    return [r.revision for r in reversed(list(script.walk_revisions()))]
+
+
+@pytest.fixture
+def empty_url(backend, tmp_path, worker_tag) -> Iterator[str]:
+    """URL of a brand-new, empty database on `backend` (no tables, no alembic_version)."""
+    if backend == "duckdb":
+        yield f"duckdb:///{tmp_path / 'empty.duckdb'}"
+        return
+    name = f"sbmig_{worker_tag}_{uuid.uuid4().hex[:6]}"
+    url = create_pg_database(name)
+    try:
+        yield url
+    finally:
+        drop_pg_database(name)
+
+
+def table_names(db: Database) -> set[str]:
+    return set(sa.inspect(db.engine).get_table_names())
+
+
+def test_revision_chain_is_linear():
+    script = ScriptDirectory.from_config(alembic_config("duckdb:///:memory:"))
+    assert len(script.get_heads()) == 1, f"several heads: {script.get_heads()} (chain new revisions after the head)"
+    assert revisions()[0] == "0001"
+
+
+def test_upgrade_from_empty(empty_url):
+    db = Database(empty_url)
+    try:
+        assert table_names(db) == set()
+        db.upgrade()
+        assert db.current_revision() == db.head_revision() == revisions()[-1]
+        assert {"runs", "api_tokens", "alembic_version"} <= table_names(db)
+        db.check_schema()
+    finally:
+        db.dispose()
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "service/db.py: Database.current_revision() builds a MigrationContext before migrations/env.py "
+    "has registered the DuckDB Alembic impl, so `scalebook db current` / `db check` in a fresh process "
+    "raise KeyError: 'duckdb'. Fix: register the impl in service/db.py (define DuckDBImpl there)."))
+def test_db_current_in_a_fresh_process_on_duckdb(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SCALEBOOK_")},
+           "SCALEBOOK_DATABASE_URL": f"duckdb:///{tmp_path / 'fresh.duckdb'}", "COLUMNS": "300"}
+    done = subprocess.run([sys.executable, "-m", "service.cli", "db", "current"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert "current: None" in done.stdout
+
+
+def test_downgrade_upgrade_round_trip(empty_url):
+    db = Database(empty_url)
+    cfg = alembic_config(empty_url)
+    try:
+        db.upgrade()
+        for expected in reversed([None, *revisions()[:-1]]):  # step down one revision at a time
+            command.downgrade(cfg, "-1")
+            assert db.current_revision() == expected
+        assert not ({"runs", "api_tokens"} & table_names(db))
+        db.upgrade()
+        command.downgrade(cfg, "base")
+        db.upgrade()
+        assert db.current_revision() == db.head_revision()
+        _insert_runs(db, 5)
+        with db.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM runs")).scalar() == 5
+    finally:
+        db.dispose()
+
+
+def test_models_and_migrations_agree(empty_url, backend):
+    db = Database(empty_url)
+    try:
+        db.upgrade()
+        with db.engine.connect() as conn:
+            # duckdb-engine reflects DOUBLE as FLOAT, TEXT as VARCHAR and JSON as VARCHAR: compare
+            # types there through information_schema instead (below)
+            ctx = MigrationContext.configure(conn, opts={"compare_type": backend != "duckdb",
+                                                         "compare_server_default": False})
+            diffs = compare_metadata(ctx, Base.metadata)
+            if backend == "duckdb":
+                declared = _duckdb_column_types(conn)
+    finally:
+        db.dispose()
+    flat = [d for d in _flatten(diffs)]
+    if backend == "duckdb":
+        flat = [d for d in flat if d[0] not in INDEX_DIFFS]
+        wanted = {(t.name, c.name): _duckdb_type(c.type) for t in Base.metadata.tables.values() for c in t.columns}
+        assert {k: declared.get(k) for k in wanted} == wanted
+    else:
+        declared = {ix.name for t in Base.metadata.tables.values() for ix in t.indexes}
+        flat = [d for d in flat if not (d[0] == "remove_index" and d[1].name in PG_ONLY_INDEXES - declared)]
+    assert flat == [], f"models (service/tables.py) and migrations differ on {backend}: {flat}"
+
+
+_DUCKDB_ALIASES = {"TEXT": "VARCHAR", "STRING": "VARCHAR", "FLOAT8": "DOUBLE", "INT8": "BIGINT", "INT4": "INTEGER",
+                   "INT": "INTEGER", "DATETIME": "TIMESTAMP", "BOOL": "BOOLEAN", "DOUBLE PRECISION": "DOUBLE",
+                   "TIMESTAMP WITHOUT TIME ZONE": "TIMESTAMP"}
+
+
+def _normal(name: str) -> str:
+    name = name.split("(")[0].strip().upper()
+    return _DUCKDB_ALIASES.get(name, name)
+
+
+def _duckdb_type(type_: sa.types.TypeEngine) -> str:
+    """A model column type as DuckDB stores it (VARCHAR(200) → VARCHAR: DuckDB ignores lengths)."""
+    from duckdb_engine import Dialect
+
+    return _normal(type_.compile(dialect=Dialect()))
+
+
+def _duckdb_column_types(conn) -> dict[tuple[str, str], str]:
+    rows = conn.execute(sa.text("SELECT table_name, column_name, data_type FROM information_schema.columns "
+                                "WHERE table_schema = current_schema()"))
+    return {(t, c): _normal(d) for t, c, d in rows}
+
+
+def _flatten(diffs: list) -> Iterator[tuple]:
+    for d in diffs:
+        if isinstance(d, list):  # column-level modifications come as lists of tuples
+            yield from d
+        else:
+            yield d
+
+
+def _insert_runs(db: Database, n: int, *, seed: int = 0) -> list[dict]:
+    """Insert `n` valid runs with plain SQL, using only the columns the `runs` table has at the
+    database's current revision (the code of today may know more). Returns the rows inserted."""
+    table = sa.Table("runs", sa.MetaData(), autoload_with=db.engine)
+    names = {c.name for c in table.columns} - {"id"}
+    rows = store.validate_records(list(benchtool.generate_runs(n, seed, prefix=f"mig{seed}")))
+    from datetime import datetime
+
+    now = datetime(2026, 1, 2, 3, 4, 5, 678901)
+    payload = []
+    for r in rows:
+        r["ingested_at"] = now
+        payload.append({k: v for k, v in r.items() if k in names})
+    with db.engine.begin() as conn:
+        conn.execute(table.insert(), payload)
+    return payload
+
+
+def _snapshot(db: Database, columns: list[str]) -> list[tuple]:
+    with db.engine.connect() as conn:
+        cols = ", ".join(columns)
+        return [tuple(r) for r in conn.execute(sa.text(f"SELECT id, {cols} FROM runs ORDER BY id"))]
+
+
+@pytest.mark.parametrize("revision", revisions()[:-1] or ["<none>"])
+def test_database_filled_at_earlier_revision_upgrades_intact(empty_url, revision):
+    """Upgrade to `revision`, fill it (runs and a token), upgrade to head: every row is intact."""
+    if revision == "<none>":
+        pytest.skip("only one revision: nothing to upgrade from")
+    db = Database(empty_url)
+    try:
+        db.upgrade(revision)
+        inserted = _insert_runs(db, 40, seed=len(revision))
+        columns = sorted(inserted[0])
+        with db.engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO api_tokens (name, scope, token_hash, prefix, created_at) "
+                                 "VALUES ('t', 'read', :h, 'sb_x', :now)"),
+                         {"h": "0" * 64, "now": inserted[0]["ingested_at"]})
+        before = _snapshot(db, columns)
+        assert len(before) == 40
+        db.upgrade()
+        assert db.current_revision() == db.head_revision()
+        assert _snapshot(db, columns) == before
+        with db.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM api_tokens")).scalar() == 1
+        # and the upgraded database takes new runs through today's code
+        with db.session(write=True) as session:
+            _, created, _ = store.store_runs(session, list(benchtool.generate_runs(30, 99, prefix="after")), bulk=True)
+        assert created == 30
+        with db.engine.connect() as conn:
+            ids = [r[0] for r in conn.execute(sa.text("SELECT id FROM runs ORDER BY id"))]
+        assert len(ids) == len(set(ids)) == 70
+    finally:
+        db.dispose()
