@@ -25,8 +25,14 @@ if [[ "$(id -u)" -ne 0 ]]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq >/dev/null
-$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+log="$(mktemp -t install_browser.XXXXXX.log)"
+trap 'rm -f "$log"' EXIT
+if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; } \
+        >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "install_browser.sh: apt-get failed (output above)" >&2
+    exit 1
+fi
 
 for bin in "$CHROMIUM" "$DRIVER"; do
     if [[ ! -x "$bin" ]]; then

@@ -76,3 +76,10 @@ class StaleSchema(ScalebookError):
 
     code = "stale_schema"
     status = 503
+
+
+class SqlUnavailable(ScalebookError):
+    """User SQL cannot be served safely on this database (PostgreSQL reader role missing)."""
+
+    code = "sql_unavailable"
+    status = 503

@@ -9,6 +9,7 @@ insert, so a batch is answered from the rows written, without reading them back.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import uuid
 from datetime import datetime, timezone
@@ -74,6 +75,10 @@ def validate_records(payloads: list[Any]) -> list[dict[str, Any]]:
         if errors:
             details.extend({"index": index, **e.as_dict()} for e in errors)
             continue
+        misfits = _column_misfits(row)
+        if misfits:
+            details.extend({"index": index, **m} for m in misfits)
+            continue
         row["run_key"] = rec.run_key or uuid.uuid4().hex
         row["content_hash"] = derive.content_hash(reported)
         rows.append(row)
@@ -84,6 +89,29 @@ def validate_records(payloads: list[Any]) -> list[dict[str, Any]]:
             f"{n_bad} of {len(payloads)} run(s) rejected; first: run {first['index']}: {first['message']}",
             details)
     return rows
+
+
+_INT_LIMITS = {c.name: (2**63 - 1 if isinstance(c.type, sa.BigInteger) else 2**31 - 1)
+               for c in Run.__table__.columns if isinstance(c.type, (sa.Integer, sa.BigInteger))}
+_TEXT_COLUMNS = tuple(c.name for c in Run.__table__.columns if isinstance(c.type, (sa.String, sa.Text)))
+
+
+def _column_misfits(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Values, reported or derived, that no column of either backend can hold: integers beyond
+    INTEGER (2^31 − 1) / BIGINT (2^63 − 1) — e.g. world_size = nodes × gpus_per_node — and text
+    with NUL characters (PostgreSQL refuses them). Caught here as a 422 naming the field rather
+    than failing in the database as a 5xx."""
+    out = []
+    for name, limit in _INT_LIMITS.items():
+        v = row.get(name)
+        if v is not None and not -limit - 1 <= v <= limit:
+            out.append({"field": name, "value": v,
+                        "message": f"{name}: {v} is out of range (at most {limit:,})"})
+    for name in _TEXT_COLUMNS:
+        v = row.get(name)
+        if v is not None and "\x00" in v:
+            out.append({"field": name, "value": v, "message": f"{name}: text must not contain NUL (\\u0000)"})
+    return out
 
 
 def _jsonable(value: Any) -> Any:
@@ -104,7 +132,10 @@ def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> 
     new runs are built from the rows just written (ids come from the sequence up front), so a
     batch costs no second round trip; runs already stored are read back as `Run` rows. Inserts are
     set-based: DuckDB through an Arrow table (`bulk=True` or more than a few rows), PostgreSQL
-    through COPY; small requests use one executemany INSERT.
+    through COPY; small requests use one executemany INSERT. On PostgreSQL the insert runs in a
+    savepoint: when a concurrent request commits one of the same run_keys first (unique
+    violation), the keys are looked up again, so a raced retry of the same run is answered as
+    already stored (200) rather than 409.
     """
     rows = validate_records(payloads)
     by_key: dict[str, dict[str, Any]] = {}
@@ -120,32 +151,50 @@ def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> 
             conflicts.append({"index": index, "field": "run_key", "value": key,
                               "message": "run_key appears twice in this request with different content"})
     dialect = session.get_bind().dialect.name
-    stored = _stored_hashes(session, list(by_key), dialect)
-    for index, key in enumerate(order):
-        if key in stored and stored[key] != by_key[key]["content_hash"]:
-            conflicts.append({"index": index, "field": "run_key", "value": key,
-                              "message": "a run with this run_key is already stored with different content"})
-    if conflicts:
-        raise Conflict(f"{len(conflicts)} run_key conflict(s); first: {conflicts[0]['value']}", conflicts)
-
-    new_rows = [r for k, r in by_key.items() if k not in stored]
-    out: dict[str, Any] = {}
-    if new_rows:
-        now = datetime.now(timezone.utc).replace(tzinfo=None)
-        for r, run_id in zip(new_rows, _next_ids(session, len(new_rows), dialect)):
-            r["ingested_at"] = now
-            r["id"] = run_id
-        if dialect == "duckdb" and (bulk or len(new_rows) > SMALL_INSERT):
-            _insert_arrow(session, new_rows)
-        elif dialect == "postgresql" and len(new_rows) > SMALL_INSERT:
-            _insert_copy(session, new_rows)
-        else:
-            session.execute(sa.insert(Run), [{c: r.get(c) for c in COLUMN_NAMES} for r in new_rows])
-        for r in new_rows:
-            out[r["run_key"]] = StoredRun(r)
+    for attempt in range(_RACE_RETRIES):
+        stored = _stored_hashes(session, list(by_key), dialect)
+        for index, key in enumerate(order):
+            if key in stored and stored[key] != by_key[key]["content_hash"]:
+                conflicts.append({"index": index, "field": "run_key", "value": key,
+                                  "message": "a run with this run_key is already stored with different content"})
+        if conflicts:
+            raise Conflict(f"{len(conflicts)} run_key conflict(s); first: {conflicts[0]['value']}", conflicts)
+        new_rows = [r for k, r in by_key.items() if k not in stored]
+        if not new_rows:
+            break
+        if dialect != "postgresql":  # DuckDB: writes are serialised by Database's write lock
+            _write(session, new_rows, dialect, bulk)
+            break
+        try:  # PostgreSQL: another request may be storing the same keys right now
+            with session.begin_nested():
+                _write(session, new_rows, dialect, bulk)
+            break
+        except sa.exc.IntegrityError:
+            if attempt == _RACE_RETRIES - 1:
+                raise
+            # it committed first: look again (same content → existing; different → 409)
+    out: dict[str, Any] = {r["run_key"]: StoredRun(r) for r in new_rows}
     if stored:
         out.update((r.run_key, r) for r in session.scalars(sa.select(Run).where(Run.run_key.in_(list(stored)))))
     return [out[k] for k in order], len(new_rows), len(by_key) - len(new_rows)
+
+
+#: attempts at inserting a request's new runs when concurrent requests store the same run_keys
+_RACE_RETRIES = 3
+
+
+def _write(session: Session, new_rows: list[dict[str, Any]], dialect: str, bulk: bool) -> None:
+    """Give `new_rows` ids and ingested_at, and insert them set-based."""
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    for r, run_id in zip(new_rows, _next_ids(session, len(new_rows), dialect)):
+        r["ingested_at"] = now
+        r["id"] = run_id
+    if dialect == "duckdb" and (bulk or len(new_rows) > SMALL_INSERT):
+        _insert_arrow(session, new_rows)
+    elif dialect == "postgresql" and len(new_rows) > SMALL_INSERT:
+        _insert_copy(session, new_rows)
+    else:
+        session.execute(sa.insert(Run), [{c: r.get(c) for c in COLUMN_NAMES} for r in new_rows])
 
 
 #: up to this many new rows go through one executemany INSERT (cheaper than a bulk path to set up)
@@ -190,11 +239,13 @@ def _insert_arrow(session: Session, rows: list[dict[str, Any]]) -> None:
     table = pa.table(data, schema=ARROW_SCHEMA)
     raw = session.connection().connection.driver_connection
     view = f"_ingest_{uuid.uuid4().hex}"
+    cols = ", ".join(COLUMN_NAMES)
+    select = ", ".join("CAST(extra AS JSON)" if name == "extra" else name for name in COLUMN_NAMES)
+    sql = f"INSERT INTO runs ({cols}) SELECT {select} FROM {view}"
     raw.register(view, table)
     try:
-        cols = ", ".join(COLUMN_NAMES)
-        select = ", ".join("CAST(extra AS JSON)" if name == "extra" else name for name in COLUMN_NAMES)
-        raw.execute(f"INSERT INTO runs ({cols}) SELECT {select} FROM {view}")
+        with _as_dbapi_error(sql):
+            raw.execute(sql)
     finally:
         raw.unregister(view)
 
@@ -202,12 +253,32 @@ def _insert_arrow(session: Session, rows: list[dict[str, Any]]) -> None:
 def _insert_copy(session: Session, rows: list[dict[str, Any]]) -> None:
     """Set-based insert of many rows (ids included) into PostgreSQL with COPY FROM STDIN."""
     raw = session.connection().connection.driver_connection
-    with raw.cursor() as cur, cur.copy(f"COPY runs ({', '.join(COLUMN_NAMES)}) FROM STDIN") as copy:
+    sql = f"COPY runs ({', '.join(COLUMN_NAMES)}) FROM STDIN"
+    with _as_dbapi_error(sql), raw.cursor() as cur, cur.copy(sql) as copy:
         for r in rows:
             values = [r.get(name) for name in COLUMN_NAMES]
             if values[_EXTRA_AT] is not None:
                 values[_EXTRA_AT] = json.dumps(values[_EXTRA_AT])
             copy.write_row(values)
+
+
+@contextlib.contextmanager
+def _as_dbapi_error(statement: str):
+    """Driver errors from the raw (Arrow/COPY) paths as the SQLAlchemy exceptions the ORM path
+    raises (IntegrityError for a unique violation, …), so Database.session() maps them alike."""
+    try:
+        yield
+    except sa.exc.DBAPIError:
+        raise
+    except Exception as exc:
+        if type(exc).__module__.split(".")[0] not in ("duckdb", "_duckdb", "psycopg"):
+            raise
+        base = Exception
+        for candidate in type(exc).__mro__:
+            if candidate.__name__ == "Error" and candidate.__module__.split(".")[0] in ("duckdb", "_duckdb", "psycopg"):
+                base = candidate
+                break
+        raise sa.exc.DBAPIError.instance(statement, None, exc, base) from exc
 
 
 def get_run(session: Session, run_id: int) -> Run:

@@ -133,13 +133,17 @@ def test_failure_only_cells_are_marked_not_empty(cells):
     grid = hm.build_grid([*cells, cell], "mfu")
     assert grid.sizes == [1.3, 80.0]
     fig = hm.figure(grid)
-    best_trace, failed_trace = fig.data
-    assert failed_trace.name == "failures only"
+    best_trace, failed_trace, centres = fig.data
+    assert (failed_trace.name, centres.name) == ("failures only", "cells")
     # the failure cell is grey in the second trace and uncoloured in the first
     row, col = grid.sizes.index(80.0), grid.nodes.index(2)
     assert best_trace.z[row][col] is None and failed_trace.z[row][col] == 1.0
     assert failed_trace.text[row][col] == "✗ OOM 5 · failed 2" and failed_trace.textfont.color == hm.FAILED_TEXT
-    assert "80B × 2 nodes" in failed_trace.customdata[row][col]
+    # one invisible marker per cell takes hover and click (heatmaps cannot be selected in Streamlit)
+    assert len(centres.x) == len(grid.cells) and centres.marker.opacity == 0
+    k = list(zip(centres.x, centres.y)).index(("2", "80B"))
+    assert centres.customdata[k].startswith("<b>80B × 2 nodes</b><br>✗ OOM 5 · failed 2")
+    assert grid.locate(centres.y[k], centres.x[k]) == (80.0, 2) and best_trace.hoverinfo == "skip"
     table = hm.label_table(grid)
     assert table.loc["80B", "2 nodes"] == "✗ OOM 5 · failed 2" and table.loc["80B", "1 node"] == ""
 
@@ -147,7 +151,7 @@ def test_failure_only_cells_are_marked_not_empty(cells):
 def test_figure_writes_the_cells_and_sizes_the_text(cells, data_dir):
     grid = hm.build_grid(cells, "mfu")
     fig = hm.figure(grid)
-    assert len(fig.data) == 1  # no failure-only cell in the sample
+    assert [t.name for t in fig.data] == ["best run", "cells"]  # no failure-only cell in the sample
     trace = fig.data[0]
     assert list(trace.x) == ["1", "2", "4"] and list(trace.y) == ["1.3B"]
     assert trace.texttemplate == "%{text}" and trace.textfont.size >= 10

@@ -121,7 +121,10 @@ def test_push_json_and_jsonl(live_api, tmp_path):
     assert (summary["stored"], summary["already_present"]) == (1, 1)
 
 
-def test_cli_recommend_and_heatmap_tables(live_api, data_dir):
+def test_cli_recommend_and_heatmap_tables(live_api, data_dir, monkeypatch):
+    from service.cli.base import console
+
+    monkeypatch.setattr(console, "width", 200)  # rich fixed its width at import; tables are wide
     cli_json("import", "nanotron", str(data_dir / "nanotron" / "bench_sample.csv"))
     rows = [r for r in data_rows(data_dir / "nanotron" / "bench_sample.csv")
             if r["status"] == "Success" and float(r["nodes"]) == 2]

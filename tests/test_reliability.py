@@ -64,19 +64,12 @@ def fuzz_db(database):
 
 
 @schema.parametrize()
-@settings(max_examples=150, deadline=None, derandomize=True,
+@settings(max_examples=25, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                  HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
 def test_api_fuzz(case, fuzz_db):
     """No 5xx, and every answer conforms to the OpenAPI schema, for generated valid and invalid input."""
-    import re
-    resp = case.call()
-    try:
-        case.validate_response(resp, checks=[not_a_server_error])
-    except Exception as exc:
-        if re.search(r'"\d{4}-\d\d-\d\dT[0-9:.]+" is not', str(exc)) and resp.status_code < 500:
-            return
-        raise
+    case.call_and_validate(checks=[not_a_server_error, response_schema_conformance])
 
 
 # -- importers -------------------------------------------------------------------------------------
@@ -142,7 +135,7 @@ def test_table_parser_survives_hostile_cells(rows, tmp_path):
     _check_parser("table", rows, tmp_path)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(column=st.sampled_from(["tp", "dp", "mbs", "tok/s/gpu", "Mem Alloc (GB)", "status", "name", "nodes"]),
        cell=HOSTILE)

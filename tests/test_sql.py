@@ -240,11 +240,11 @@ def test_good_queries_answer_what_the_csv_says(nanotron_client, data_dir):
     assert recursive["rows"] == [[15]]
 
 
-def test_postgres_without_reader_role_refuses_with_503(nanotron_client, backend, monkeypatch):
+def test_postgres_without_reader_role_refuses_with_503(client, backend, monkeypatch):
     if backend != "postgresql":
         pytest.skip("the reader role is a PostgreSQL object")
     monkeypatch.setattr(user_sql, "READER_ROLE", "scalebook_reader_that_does_not_exist")
-    r = sql(nanotron_client, "SELECT count(*) FROM runs")
+    r = sql(client, "SELECT count(*) FROM runs")
     assert r.status_code == 503 and r.json()["error"]["code"] == "sql_unavailable"
     assert "CREATE ROLE" in r.json()["error"]["message"]
 

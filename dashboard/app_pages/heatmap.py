@@ -7,7 +7,6 @@ from dashboard import data, ui
 from dashboard.components import heatmap as view
 from dashboard.components import recommend
 from dashboard.logic import heatmap as hm
-from dashboard.logic.fmt import size_label
 
 st.title("Best configuration per model size × nodes")
 ui.require_api()
@@ -36,10 +35,8 @@ if where:
 
 st.subheader("What worked?")
 st.caption("Nearest recorded configurations for a target, adapted to it and checked against the memory model.")
-best = grid.cell(*where).get("best") if where and grid.cell(*where) else None
-defaults = {"model": size_label(where[0]) if where else "8B", "nodes": where[1] if where else 8,
-            "gpus_per_node": (best or {}).get("gpus_per_node") or 8, "gpu_type": (best or {}).get("gpu_type"),
-            "seq_len": (best or {}).get("seq_len")}
+selected = next((c for c in cells if (c["model_size_class"], c["nodes"]) == where), None)
+defaults = recommend.defaults_from_cell(selected)
 query = recommend.form("hm_rec", options, defaults)
 if query:
     recommend.answer(query)

@@ -13,7 +13,18 @@ import streamlit as st
 
 from dashboard import data, ui
 from dashboard.logic import recommend as rec
-from dashboard.logic.fmt import config_label, pct
+from dashboard.logic.fmt import config_label, pct, size_label
+
+
+def defaults_from_cell(cell: dict[str, Any] | None) -> dict[str, Any]:
+    """Form defaults from a heatmap cell: its model size, nodes and its best run's hardware and
+    sequence length ("8B on 8 nodes" when there is no cell)."""
+    if not cell:
+        return {"model": "8B", "nodes": 8, "gpus_per_node": 8}
+    best = cell.get("best") or {}
+    return {"model": size_label(cell["model_size_class"]), "nodes": cell["nodes"],
+            "gpus_per_node": best.get("gpus_per_node") or 8, "gpu_type": best.get("gpu_type"),
+            "seq_len": best.get("seq_len")}
 
 
 def _prefill(key: str, defaults: dict[str, Any], gpu_types: list[str]) -> None:

@@ -214,6 +214,7 @@ def figure(grid: Grid, show_text: bool = True, width_px: int = PLOT_WIDTH_PX) ->
         xaxis={"title": {"text": "nodes"}, "type": "category", "side": "top"},
         yaxis={"title": {"text": "model size"}, "type": "category", "autorange": "reversed"},
         plot_bgcolor="white", hovermode="closest", hoverdistance=-1, clickmode="event+select",
+        hoverlabel={"bgcolor": "white", "font": {"color": "#111111", "size": 12}},
     )
     return fig
 

@@ -1,4 +1,4 @@
-"""PostgreSQL partial indexes for the best run per heatmap cell (performance).
+"""PostgreSQL partial indexes for the heatmap and the recommender (performance).
 
 `GET /api/v1/heatmap` picks, per (model_size_class, nodes) cell, the successful run with the highest
 metric. On PostgreSQL that is a LATERAL top-1 per cell (service/analytics/heatmap.py); these indexes
@@ -12,6 +12,14 @@ make each top-1 read a few index entries instead of every successful run of the 
 
 Each key is the heatmap's full ranking (metric, then MFU, then id), so the top-1 is the first
 entry of the cell even where many runs tie (e.g. published rows without a throughput).
+
+`GET /api/v1/recommend` aggregates the successful runs of a size/node window by configuration
+(service/analytics/recommend.py). ix_runs_config covers that aggregate, so PostgreSQL reads it
+with an index-only scan (~150 bytes per run) instead of the whole table rows:
+
+- ix_runs_config: (model_size_class, nodes) INCLUDE (the configuration columns, the metric
+  columns, id) WHERE status = 'success'
+
 PostgreSQL only (partial and expression indexes): a no-op on DuckDB, whose heatmap is one columnar
 scan with arg_min and which cannot use such indexes.
 
@@ -31,6 +39,12 @@ depends_on = None
 SUCCESS = sa.text("status = 'success'")
 
 
+#: columns the recommender's aggregate reads besides the key (model_size_class, nodes)
+CONFIG_INCLUDE = ["gpus_per_node", "gpu_type", "seq_len", "dp", "tp", "pp", "cp", "ep", "zero_stage",
+                  "micro_batch_size", "grad_accum_steps", "recompute", "tokens_per_sec_per_gpu", "mfu_derived",
+                  "mfu", "global_batch_tokens", "peak_memory_gib", "id"]
+
+
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
@@ -41,10 +55,13 @@ def upgrade() -> None:
     op.create_index("ix_runs_best_mfu", "runs",
                     ["model_size_class", "nodes", sa.text("COALESCE(mfu_derived, mfu) DESC NULLS LAST"), "id"],
                     postgresql_where=SUCCESS)
+    op.create_index("ix_runs_config", "runs", ["model_size_class", "nodes"], postgresql_include=CONFIG_INCLUDE,
+                    postgresql_where=SUCCESS)
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
+    op.drop_index("ix_runs_config", table_name="runs")
     op.drop_index("ix_runs_best_mfu", table_name="runs")
     op.drop_index("ix_runs_best_tps", table_name="runs")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import aggregate_order_by
+import sqlalchemy.dialects.postgresql  # noqa: F401  (sa.dialects.postgresql.array)
 from sqlalchemy.orm import Session
 
 from service import hardware
@@ -155,107 +155,108 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
         out.append(cand)
         if len(out) >= k:
             break
-    _fill_spread(session, value, out)
+    _fill_evidence(session, value, out)
     return out
 
 
 def _groups(session: Session, value, size_class: float | None, target: Target) -> list[dict[str, Any]]:
-    """Successful runs grouped by configuration: per group its GROUP_FIELDS, `n_runs`, `top_ids`
-    (the first 20 run ids, best first), `n_values`/`vmin`/`vmax` of the metric and the best run
-    (`best`: id, value, mfu_eff, peak_memory_gib, global_batch_tokens, tps). Groups are ordered by
-    their best run's id. The best run is the one with the highest metric (runs without it last),
-    then the lowest id.
+    """Successful runs grouped by configuration: per group its GROUP_FIELDS, `n_runs`,
+    `n_values`/`vmin`/`vmax` of the metric and its best run (`best`: id, value, mfu_eff,
+    peak_memory_gib, global_batch_tokens, tps) — the run with the highest metric (runs without it
+    last), then the lowest id. Groups come ordered by their best run's id.
 
     Limited to size classes and node counts within a factor of 16 of the target so the scan stays
-    small on large stores; widened to everything when that window is empty. The grouping runs in
-    the database (one aggregate over the window, no per-run rows fetched): DuckDB ranks with
-    arg_min over a NULL-free key; PostgreSQL with an ordered array_agg.
+    small on large stores; widened to everything when that window is empty. The grouping is one
+    aggregate in the database (no per-run rows reach Python): DuckDB picks the best run with
+    arg_min over the ranking key; PostgreSQL with max() over a float8 array that starts with the
+    ranking key (every field is exact in a double: ids and batch sizes are far below 2^53), read
+    from the covering partial index ix_runs_config (migration 0003).
     """
     base = [Run.status == "success", Run.model_size_class.is_not(None), Run.nodes.is_not(None), Run.tp.is_not(None)]
     window = [Run.model_size_class.between(size_class / 16, size_class * 16),
               Run.nodes.between(max(1, target.nodes // 16), target.nodes * 16)] if size_class else []
-    duckdb = session.get_bind().dialect.name == "duckdb"
+    aggregate = _aggregate_duckdb if session.get_bind().dialect.name == "duckdb" else _aggregate_array
     for conds in (base + window, base):
-        rows = (_aggregate_duckdb if duckdb else _aggregate_sql)(session, value, conds)
+        rows = aggregate(session, value, conds)
         if rows:
             break
     return sorted(rows, key=lambda g: g["best"]["id"])
 
 
 _TOP_IDS = 20
+_BEST_FIELDS = ("id", "value", "mfu_eff", "peak_memory_gib", "global_batch_tokens", "tps")
 
 
 def _group_cols() -> list[sa.ColumnElement]:
     return [getattr(Run, f) for f in GROUP_FIELDS]
 
 
-def _best_fields(value) -> list[tuple[str, sa.ColumnElement]]:
-    return [("id", Run.id), ("value", value), ("mfu_eff", sa.func.coalesce(Run.mfu_derived, Run.mfu)),
-            ("peak_memory_gib", Run.peak_memory_gib), ("global_batch_tokens", Run.global_batch_tokens),
-            ("tps", Run.tokens_per_sec_per_gpu)]
+def _counts(value) -> list[sa.ColumnElement]:
+    return [sa.func.count().label("n_runs"), sa.func.count(value).label("n_values"),
+            sa.func.min(value).label("vmin"), sa.func.max(value).label("vmax")]
 
 
 def _aggregate_duckdb(session: Session, value, conds: list) -> list[dict[str, Any]]:
-    """One columnar scan; every best-run field by arg_min_null over the same unique key
-    (metric missing?, -metric, id), the top ids by arg_min(id, key, 20) (best first)."""
+    """One columnar scan; the best run's fields as one row() picked by arg_min over the ranking
+    key (metric missing?, -metric, id)."""
     key = sa.tuple_(value.is_(None), -sa.func.coalesce(value, 0.0), Run.id)
-    fields = _best_fields(value)
-    query = sa.select(
-        *_group_cols(), sa.func.count().label("n_runs"), sa.func.count(value).label("n_values"),
-        sa.func.min(value).label("vmin"), sa.func.max(value).label("vmax"),
-        sa.func.arg_min(Run.id, key, _TOP_IDS).label("top_ids"),
-        *[sa.func.arg_min_null(expr, key).label(f"best_{name}") for name, expr in fields],
-    ).where(*conds).group_by(*_group_cols())
+    best = sa.func.row(Run.id, value, sa.func.coalesce(Run.mfu_derived, Run.mfu), Run.peak_memory_gib,
+                       Run.global_batch_tokens, Run.tokens_per_sec_per_gpu)
+    query = (sa.select(*_group_cols(), *_counts(value), sa.func.arg_min(best, key).label("best"))
+             .where(*conds).group_by(*_group_cols()))
     groups = []
     for r in session.execute(query).mappings():
-        g = {k: v for k, v in r.items() if not k.startswith("best_")}
-        g["best"] = {name: r[f"best_{name}"] for name, _ in fields}
+        g = dict(r)
+        g["best"] = dict(zip(_BEST_FIELDS, g["best"]))
         groups.append(g)
     return groups
 
 
-def _aggregate_sql(session: Session, value, conds: list) -> list[dict[str, Any]]:
-    order = (value.is_(None), value.desc(), Run.id)
-    query = sa.select(
-        *_group_cols(), sa.func.count().label("n_runs"), sa.func.count(value).label("n_values"),
-        sa.func.min(value).label("vmin"), sa.func.max(value).label("vmax"),
-        sa.func.array_agg(aggregate_order_by(Run.id, *order)).label("ids"),
-    ).where(*conds).group_by(*_group_cols())
-    groups = [dict(r) for r in session.execute(query).mappings()]
-    for g in groups:
-        g["top_ids"] = g.pop("ids")[:_TOP_IDS]
-    best = _best_rows(session, value, [g["top_ids"][0] for g in groups])
-    for g in groups:
-        g["best"] = best[g["top_ids"][0]]
+def _aggregate_array(session: Session, value, conds: list) -> list[dict[str, Any]]:
+    """PostgreSQL: max(ARRAY[has metric, metric, -id, batch, mfu, memory, tps]) per group is the
+    best run (arrays compare element by element). Hash-aggregated in memory (work_mem raised for
+    this transaction; JIT compilation would cost more than the query)."""
+    f8 = sa.dialects.postgresql.DOUBLE_PRECISION
+    key = sa.dialects.postgresql.array([
+        sa.cast(sa.case((value.is_(None), 0), else_=1), f8), sa.func.coalesce(value, 0.0),
+        sa.cast(-Run.id, f8), sa.cast(Run.global_batch_tokens, f8), sa.func.coalesce(Run.mfu_derived, Run.mfu),
+        Run.peak_memory_gib, Run.tokens_per_sec_per_gpu])
+    session.execute(sa.text("SET LOCAL work_mem = '64MB'"))
+    session.execute(sa.text("SET LOCAL jit = off"))
+    query = (sa.select(*_group_cols(), *_counts(value), sa.func.max(key).label("best"))
+             .where(*conds).group_by(*_group_cols()))
+    groups = []
+    for r in session.execute(query).mappings():
+        g = dict(r)
+        has, val, neg_id, gbt, mfu_eff, peak, tps = g["best"]
+        g["best"] = {"id": int(-neg_id), "value": val if has else None, "mfu_eff": mfu_eff,
+                     "peak_memory_gib": peak, "global_batch_tokens": int(gbt) if gbt is not None else None,
+                     "tps": tps}
+        groups.append(g)
     return groups
 
 
-def _best_rows(session: Session, value, ids: list[int]) -> dict[int, dict[str, Any]]:
-    if not ids:
-        return {}
-    rows = session.execute(sa.select(*[expr.label(name) for name, expr in _best_fields(value)])
-                           .where(Run.id.in_(ids))).mappings()
-    return {r["id"]: dict(r) for r in rows}
-
-
-def _fill_spread(session: Session, value, candidates: list[dict[str, Any]]) -> None:
-    """Set evidence.spread (min, max, population stdev of the metric over the group's runs) of
-    the returned candidates: one query for the metric values of their groups only."""
-    groups = [c["_group"] for c in candidates if c["_group"]["n_values"]]
-    values: dict[tuple, list[float]] = {}
+def _fill_evidence(session: Session, value, candidates: list[dict[str, Any]]) -> None:
+    """For the returned candidates only: evidence.source_run_ids (the group's first 20 runs, best
+    first) and evidence.spread (min, max and population stdev of the metric over the group's
+    runs, None without values), from one query over the runs of their groups."""
+    groups = {tuple(c["_group"][f] for f in GROUP_FIELDS): c["_group"] for c in candidates}
+    runs: dict[tuple, list[tuple]] = {}
     if groups:
         match = sa.or_(*[sa.and_(*[(col.is_(None) if g[f] is None else col == g[f])
-                                   for f, col in zip(GROUP_FIELDS, _group_cols())]) for g in groups])
-        rows = session.execute(sa.select(*_group_cols(), value.label("value"))
-                               .where(Run.status == "success", value.is_not(None), match))
+                                   for f, col in zip(GROUP_FIELDS, _group_cols())]) for g in groups.values()])
+        rows = session.execute(sa.select(*_group_cols(), Run.id, value.label("value"))
+                               .where(Run.status == "success", Run.tp.is_not(None), match))
         for r in rows:
-            values.setdefault(tuple(r[:len(GROUP_FIELDS)]), []).append(r.value)
+            runs.setdefault(tuple(r[:len(GROUP_FIELDS)]), []).append((r.value is None, -(r.value or 0.0), r.id))
     for cand in candidates:
         g = cand.pop("_group")
-        vals = values.get(tuple(g[f] for f in GROUP_FIELDS))
-        if vals:
+        ranked = sorted(runs.get(tuple(g[f] for f in GROUP_FIELDS), []))
+        cand["evidence"]["source_run_ids"] = [run_id for _, _, run_id in ranked[:_TOP_IDS]]
+        values = [-neg for missing, neg, _ in ranked if not missing]
+        if values:
             cand["evidence"]["spread"] = {"min": g["vmin"], "max": g["vmax"],
-                                          "stdev": statistics.pstdev(vals) if len(vals) > 1 else 0.0}
+                                          "stdev": statistics.pstdev(values) if len(values) > 1 else 0.0}
 
 
 def _adapt(g: dict[str, Any], target: Target, target_gpu: str | None, exact: bool) -> dict[str, Any] | None:
@@ -298,8 +299,9 @@ def _adapt(g: dict[str, Any], target: Target, target_gpu: str | None, exact: boo
         "source": source,
         "metrics": {"value": best["value"], "tokens_per_sec_per_gpu": best["tps"], "mfu": best["mfu_eff"],
                     "peak_memory_gib": best["peak_memory_gib"]},
-        "evidence": {"n_runs": g["n_runs"], "source_run_ids": g["top_ids"], "best_run_id": best["id"],
-                     "spread": None, "also_supported_by": 0},  # spread: _fill_spread, for returned candidates
+        # source_run_ids and spread: _fill_evidence, for the returned candidates only
+        "evidence": {"n_runs": g["n_runs"], "source_run_ids": [], "best_run_id": best["id"],
+                     "spread": None, "also_supported_by": 0},
         "why": why,
         "risk": "low: measured on this configuration" if match == "exact" else
                 "medium: extrapolated from a neighbouring configuration; measure before committing",

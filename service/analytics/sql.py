@@ -63,7 +63,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, TokenError, UnsupportedError
 
 from service.db import Database
-from service.errors import DatabaseUnavailable, QueryRejected, ScalebookError
+from service.errors import DatabaseUnavailable, QueryRejected, ScalebookError, SqlUnavailable
 
 READER_ROLE = "scalebook_reader"
 #: longest query checked: sqlglot's pure-Python tokenizer and parser cost ~0.1 ms per token, paid before
@@ -73,7 +73,7 @@ ALLOWED_TABLES = frozenset({"runs"})
 #: pure row generators allowed in FROM (sqlglot class keys and plain names)
 ALLOWED_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "generateseries", "explodinggenerateseries",
                                      "unnest"})
-#: function names (lower case) refused anywhere: exact names and prefixes ending in '_' or '*'
+#: function names (lower case) refused anywhere, as glob patterns ('*' = any characters)
 DENIED_FUNCTIONS = (
     "pg_*", "lo_*", "dblink*", "duckdb_*", "pragma_*", "read_*", "sqlite_*", "postgres_*", "mysql_*", "parquet_*",
     "iceberg_*", "delta_*", "ducklake_*", "arrow_*", "txid_*", "json_execute*", "load_*", "install_*", "http_*",
@@ -93,13 +93,6 @@ _FORBIDDEN_NODES = tuple(getattr(exp, name) for name in (
     "Export", "Declare", "Into", "Lock", "NextValueFor", "Secret") if hasattr(exp, name))
 _GLOB = [re.compile("^" + re.escape(p).replace(r"\*", ".*") + "$") for p in DENIED_FUNCTIONS]
 _PLAIN_NAME = re.compile(r"^[a-z_][a-z0-9_$]*$")
-
-
-class SqlUnavailable(ScalebookError):
-    """User SQL cannot be served safely on this database (PostgreSQL reader role missing)."""
-
-    code = "sql_unavailable"
-    status = 503
 
 
 def sqlglot_dialect(db_dialect: str) -> str:

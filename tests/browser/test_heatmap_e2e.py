@@ -1,7 +1,8 @@
 """End to end: the real dashboard (`streamlit run dashboard/app.py`) in headless Chromium against a
 live API loaded with the Ultra-Scale Playbook nanotron sample. The expected cell is computed from
 the CSV (the successful 1-node row with the highest tok/s/gpu) and must appear both in the chart
-(plotly's SVG text) and in the grid-as-text table; a screenshot goes to test-output/heatmap.png.
+(plotly's SVG text) and in the grid-as-text table; a screenshot goes to test-output/heatmap.png;
+clicking another cell in the chart opens that cell's runs.
 
 Needs /usr/bin/chromium and /usr/bin/chromedriver (`scripts/install_browser.sh`). Selenium is given
 the driver path and SE_OFFLINE=true, so selenium-manager never downloads anything.
@@ -29,10 +30,10 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 OUTPUT = REPO / "test-output"
 
 
-def expected_best_1_node(data_dir) -> tuple[str, str, str]:
-    """(parallel dims, rest of the config, MFU text) of the best successful 1-node CSV row."""
+def expected_best(data_dir, nodes: int) -> tuple[str, str, str]:
+    """(parallel dims, rest of the config, MFU text) of the best successful CSV row at `nodes` nodes."""
     with open(data_dir / "nanotron" / "bench_sample.csv", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["status"] == "Success" and int(float(r["nodes"])) == 1]
+        rows = [r for r in csv.DictReader(fh) if r["status"] == "Success" and int(float(r["nodes"])) == nodes]
     best = max(rows, key=lambda r: float(r["tok/s/gpu"]))
     return (f"DP{best['dp']} TP{best['tp']} PP{best['pp']}",
             f"GAS{int(float(best['batch_accum']))} Z{best['zero_stage']} MBS{best['mbs']}",
@@ -102,10 +103,11 @@ def browser(tmp_path, monkeypatch):
 
 
 def test_heatmap_renders_the_best_config_in_a_real_browser(dashboard, browser, data_dir):
+    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    dims, rest, mfu = expected_best_1_node(data_dir)
+    dims, rest, mfu = expected_best(data_dir, 1)
     # rank by tokens/s per GPU through the page's shareable link (widgets bound to query parameters)
     browser.get(f"{dashboard}/?hm_metric=tokens%2Fs+per+GPU")
 
@@ -138,3 +140,15 @@ def test_heatmap_renders_the_best_config_in_a_real_browser(dashboard, browser, d
     assert any(line.endswith(" GiB") for line in lines)
     assert {"1", "2", "4", "1.3B"} <= set(lines)  # axes: node counts and the model size class
     assert (OUTPUT / "heatmap.png").stat().st_size > 10_000
+
+    # clicking a cell in the chart opens its runs (the page starts on the busiest cell, 4 nodes)
+    dims2 = expected_best(data_dir, 2)[0]
+    target = next(t for t in browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot svg text tspan")
+                  if t.text == dims2)
+    plot = browser.find_element(By.CSS_SELECTOR, ".js-plotly-plot .nsewdrag")
+    cell, area = target.rect, plot.rect
+    ActionChains(browser).move_to_element_with_offset(
+        plot, int(cell["x"] + cell["width"] / 2 - area["x"] - area["width"] / 2),
+        int(cell["y"] + cell["height"] / 2 - area["y"] - area["height"] / 2)).pause(0.3).click().perform()
+    WebDriverWait(browser, 30, poll_frequency=0.5).until(
+        lambda d: "run(s) in 1.3B × 2 nodes" in d.find_element(By.TAG_NAME, "body").text)
