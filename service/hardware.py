@@ -135,7 +135,16 @@ def canonical_precision(precision: str | None) -> str | None:
     if precision is None:
         return None
     p = precision.strip().lower()
-    return _PRECISION_KEYS.get(p, p) if p else None
+    if not p:
+        return None
+    if p in _PRECISION_KEYS:
+        return _PRECISION_KEYS[p]
+    # recipe suffixes: "FP8-CS" (current scaling), "fp8-delayed", "MXFP8-blockwise", "NVFP4-…"
+    for prefix, key in (("mxfp8", "fp8"), ("fp8", "fp8"), ("nvfp4", "fp4"), ("mxfp4", "fp4"), ("fp4", "fp4"),
+                        ("bf16", "bf16"), ("fp16", "fp16")):
+        if p.startswith(prefix):
+            return key
+    return p
 
 
 def lookup(gpu_type: str | None) -> Accelerator | None:

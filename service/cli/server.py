@@ -62,18 +62,19 @@ def serve(
     uvicorn.run(create_app(db, settings), host=host, port=port, workers=1, log_level=log_level)
 
 
-def _dashboard_cmd(port: int, api: str) -> list[str]:
+def _dashboard_cmd(port: int, address: str = "127.0.0.1") -> list[str]:
     script = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
     return [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
-            "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.address", "127.0.0.1"]
+            "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.address", address]
 
 
 @app.command()
-def dashboard(port: int = typer.Option(8501, help="dashboard port")) -> None:
+def dashboard(port: int = typer.Option(8501, help="dashboard port"),
+              address: str = typer.Option("127.0.0.1", help="bind address (0.0.0.0 in a container)")) -> None:
     """Start the Streamlit dashboard against SCALEBOOK_API_URL (it reads only through the API)."""
     env = {**os.environ, "SCALEBOOK_API_URL": api_url()}
-    console.print(f"dashboard on http://127.0.0.1:{port} reading {api_url()}")
-    raise typer.Exit(subprocess.call(_dashboard_cmd(port, api_url()), env=env))
+    console.print(f"dashboard on http://{address}:{port} reading {api_url()}")
+    raise typer.Exit(subprocess.call(_dashboard_cmd(port, address), env=env))
 
 
 def wait_for_api(url: str, timeout_s: float = 60.0) -> None:
@@ -108,7 +109,7 @@ def up(
         if load_examples:
             import_examples(example_data_dir(), url)
         env = {**os.environ, "SCALEBOOK_API_URL": url}
-        procs.append(subprocess.Popen(_dashboard_cmd(dashboard_port, url), env=env))
+        procs.append(subprocess.Popen(_dashboard_cmd(dashboard_port), env=env))
         console.print(f"\n[bold]scalebook is up[/]: API {url} (docs {url}/docs), "
                       f"dashboard http://127.0.0.1:{dashboard_port}. Ctrl-C to stop.")
         while all(p.poll() is None for p in procs):

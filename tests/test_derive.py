@@ -1,0 +1,97 @@
+"""Derived fields and the hardware catalog, checked against the real data."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+
+from service import hardware
+from service.derive import active_params, complete, flops_per_token, model_size_class
+from service.schemas import RunIn
+
+
+@pytest.mark.parametrize("params, cls", [(1.34e9, 1.3), (3.57e9, 3.6), (8.86e9, 8.9), (80e9, 80.0),
+                                         (469e9, 470.0), (8.03e9, 8.0), (135e6, 0.14), (None, None)])
+def test_model_size_class_two_significant_figures(params, cls):
+    assert model_size_class(int(params) if params else None) == cls
+
+
+def test_every_published_gpu_type_is_in_the_catalog(data_dir):
+    seen = set()
+    for path in (data_dir / "published").glob("*.csv"):
+        with open(path, newline="") as fh:
+            seen |= {r["gpu_type"] for r in csv.DictReader(fh) if r["gpu_type"]}
+    unknown = {g for g in seen if hardware.lookup(g) is None}
+    assert not unknown
+    assert hardware.canonical_gpu_type("H100 80GB HBM3 (700W)") == "H100-SXM-80GB"
+    assert hardware.canonical_gpu_type("H100 96GB HBM2e (Grand Teton, 500W)") == "H100-SXM-96GB-HBM2e"
+    assert hardware.canonical_gpu_type("a100_40gb") == "A100-SXM-40GB"
+    assert hardware.canonical_gpu_type("DGX-GB200") == "GB200"
+    assert hardware.canonical_gpu_type("TPU v5p-128") == "TPU-v5p"
+    assert hardware.canonical_gpu_type("Voodoo2") is None
+    assert all(acc.source for acc in hardware.CATALOG)
+
+
+@pytest.mark.parametrize("raw, key", [("torch.bfloat16", "bf16"), ("amp_bf16", "bf16"), ("FP8", "fp8"),
+                                      ("FP8-CS", "fp8"), ("MXFP8", "fp8"), ("NVFP4", "fp4"), (None, None)])
+def test_precision_canonical(raw, key):
+    assert hardware.canonical_precision(raw) == key
+
+
+def test_peaks_follow_precision():
+    assert hardware.peak_tflops("H100", "bf16") == 989.0
+    assert hardware.peak_tflops("H100", "fp8") == 1979.0
+    assert hardware.peak_tflops("A100", "fp8") == 312.0  # no FP8 on A100: falls back to bf16
+    assert hardware.peak_tflops("unknown-gpu") is None
+
+
+def test_mfu_derived_matches_the_sweeps_own_mfu(data_dir):
+    """The Ultra-Scale sweep computed MFU with the same PaLM formula (its `mfu` column, percent).
+    For PP=1 rows (where its parameter count is right) ours must agree within 0.5 %."""
+    checked = 0
+    with open(data_dir / "nanotron" / "bench_sample.csv", newline="") as fh:
+        for r in csv.DictReader(fh):
+            if r["status"] != "Success" or r["pp"] != "1" or not r["mfu"]:
+                continue
+            n = float(r["name"].split("G_")[0]) * 1e9
+            fpt, method = flops_per_token(n, int(r["num_layers"]), int(r["hidden_size"]), int(r["seq_len"]))
+            ours = fpt * float(r["tok/s/gpu"]) / 989e12
+            assert method == "6N+12Lhs"
+            assert ours == pytest.approx(float(r["mfu"]) / 100, rel=5e-3), r["name"]
+            checked += 1
+    assert checked > 50
+
+
+def test_hfu_counts_the_recompute_forward():
+    rec = RunIn(model_params=8_000_000_000, num_layers=32, hidden_size=4096, seq_len=4096, nodes=1, gpus_per_node=8,
+                gpu_type="H100", tokens_per_sec_per_gpu=3000.0, recompute="full").model_dump()
+    row, errors = complete(rec)
+    assert not errors
+    assert row["hfu_derived"] / row["mfu_derived"] == pytest.approx(
+        (8 * 8e9 + 16 * 32 * 4096 * 4096) / (6 * 8e9 + 12 * 32 * 4096 * 4096))
+
+
+def test_moe_uses_active_parameters():
+    assert active_params("Qwen3-30B-A3B", {}) == 3_000_000_000
+    assert active_params("LLAMA3_70B", {}) is None
+    rec = RunIn(model_name="Qwen3_30B_a3B", model_params=30_000_000_000, nodes=1, gpus_per_node=8, ep=8,
+                gpu_type="H100", tokens_per_sec_per_gpu=10000.0).model_dump()
+    row, errors = complete(rec)
+    assert not errors and row["model_size_class"] == 30.0
+    assert row["mfu_derived"] == pytest.approx(6 * 3e9 * 10000.0 / 989e12)
+    unknown = RunIn(model_name="MysteryMoE", model_params=600_000_000_000, nodes=1, gpus_per_node=8, ep=8,
+                    gpu_type="H100", tokens_per_sec_per_gpu=900.0).model_dump()
+    row, errors = complete(unknown)
+    assert not errors and row["mfu_derived"] is None and "active params" in row["mfu_method"]
+
+
+def test_partial_node_and_derived_dims():
+    row, errors = complete(RunIn(nodes=1, gpus_per_node=8, world_size=4, tp=2).model_dump())
+    assert not errors and row["dp"] == 2
+    row, errors = complete(RunIn(world_size=64, gpus_per_node=8, tp=4, pp=2).model_dump())
+    assert not errors and (row["nodes"], row["dp"]) == (8, 8)
+    _, errors = complete(RunIn(world_size=64, tp=3).model_dump())
+    assert errors and errors[0].field == "world_size" and "divisible" in errors[0].message
+    assert not math.isnan(model_size_class(10**12))
