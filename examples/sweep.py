@@ -22,7 +22,6 @@ import argparse
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -83,15 +82,20 @@ def run_one(cfg: dict, args: argparse.Namespace, workdir: Path) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     start = time.monotonic()
     timed_out = False
-    # own process group: on timeout the ranks die with torchrun (they would push a late result)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
+    with tempfile.TemporaryFile("w+") as log:  # a file, not a pipe: a stray rank cannot block the read
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            proc.wait(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            proc.terminate()  # torchrun forwards SIGTERM to its ranks and reaps them
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.seek(0)
+        output = log.read()
     returncode = proc.returncode
     seconds = time.monotonic() - start
     reported = json.loads(result_path.read_text()) if result_path.exists() else {}

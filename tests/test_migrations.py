@@ -28,7 +28,7 @@ INDEX_DIFFS = {"add_index", "remove_index", "add_constraint", "remove_constraint
 #: PostgreSQL-only indexes created by migration 0003 under a dialect check, to be declared in
 #: service/tables.py with `.ddl_if(dialect="postgresql")` (see that migration). Tolerated only
 #: while service/tables.py does not declare them yet; once it does they are compared like the rest.
-PG_ONLY_INDEXES = {"ix_runs_best_tps", "ix_runs_best_mfu", "ix_runs_config"}
+PG_ONLY_INDEXES = {"ix_runs_best_tps", "ix_runs_best_mfu", "ix_runs_config", "ix_runs_oom"}
 
 
 def revisions() -> list[str]:

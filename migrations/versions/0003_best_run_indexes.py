@@ -19,6 +19,8 @@ with an index-only scan (~150 bytes per run) instead of the whole table rows:
 
 - ix_runs_config: (model_size_class, nodes) INCLUDE (the configuration columns, the metric
   columns, id) WHERE status = 'success'
+- ix_runs_oom: (model_size_class) INCLUDE (the sharding columns) WHERE status = 'oom': the recorded
+  OOMs of the target's size class that veto adapted configurations
 
 PostgreSQL only (partial and expression indexes): a no-op on DuckDB, whose heatmap is one columnar
 scan with arg_min and which cannot use such indexes.
@@ -44,6 +46,9 @@ CONFIG_INCLUDE = ["gpus_per_node", "gpu_type", "seq_len", "dp", "tp", "pp", "cp"
                   "micro_batch_size", "grad_accum_steps", "recompute", "tokens_per_sec_per_gpu", "mfu_derived",
                   "mfu", "global_batch_tokens", "peak_memory_gib", "id"]
 
+#: columns of the recorded OOMs the recommender checks candidates against
+OOM_INCLUDE = ["tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute", "seq_len", "dp"]
+
 
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
@@ -57,11 +62,14 @@ def upgrade() -> None:
                     postgresql_where=SUCCESS)
     op.create_index("ix_runs_config", "runs", ["model_size_class", "nodes"], postgresql_include=CONFIG_INCLUDE,
                     postgresql_where=SUCCESS)
+    op.create_index("ix_runs_oom", "runs", ["model_size_class"], postgresql_include=OOM_INCLUDE,
+                    postgresql_where=sa.text("status = 'oom'"))
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
+    op.drop_index("ix_runs_oom", table_name="runs")
     op.drop_index("ix_runs_config", table_name="runs")
     op.drop_index("ix_runs_best_mfu", table_name="runs")
     op.drop_index("ix_runs_best_tps", table_name="runs")
