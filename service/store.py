@@ -132,10 +132,10 @@ def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> 
     new runs are built from the rows just written (ids come from the sequence up front), so a
     batch costs no second round trip; runs already stored are read back as `Run` rows. Inserts are
     set-based: DuckDB through an Arrow table (`bulk=True` or more than a few rows), PostgreSQL
-    through COPY; small requests use one executemany INSERT. On PostgreSQL the insert runs in a
-    savepoint: when a concurrent request commits one of the same run_keys first (unique
-    violation), the keys are looked up again, so a raced retry of the same run is answered as
-    already stored (200) rather than 409.
+    through COPY; a single run into DuckDB is one INSERT … RETURNING; a few runs into PostgreSQL
+    one INSERT … ON CONFLICT DO NOTHING RETURNING. Concurrent requests storing the same run_key
+    (PostgreSQL; DuckDB writes are serialised): the later one finds the key stored and answers
+    as for a retry (200, or 409 for different content), never a unique-violation error.
     """
     rows = validate_records(payloads)
     by_key: dict[str, dict[str, Any]] = {}
@@ -151,28 +151,10 @@ def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> 
             conflicts.append({"index": index, "field": "run_key", "value": key,
                               "message": "run_key appears twice in this request with different content"})
     dialect = session.get_bind().dialect.name
-    for attempt in range(_RACE_RETRIES):
-        stored = _stored_hashes(session, list(by_key), dialect)
-        for index, key in enumerate(order):
-            if key in stored and stored[key] != by_key[key]["content_hash"]:
-                conflicts.append({"index": index, "field": "run_key", "value": key,
-                                  "message": "a run with this run_key is already stored with different content"})
-        if conflicts:
-            raise Conflict(f"{len(conflicts)} run_key conflict(s); first: {conflicts[0]['value']}", conflicts)
-        new_rows = [r for k, r in by_key.items() if k not in stored]
-        if not new_rows:
-            break
-        if dialect != "postgresql":  # DuckDB: writes are serialised by Database's write lock
-            _write(session, new_rows, dialect, bulk)
-            break
-        try:  # PostgreSQL: another request may be storing the same keys right now
-            with session.begin_nested():
-                _write(session, new_rows, dialect, bulk)
-            break
-        except sa.exc.IntegrityError:
-            if attempt == _RACE_RETRIES - 1:
-                raise
-            # it committed first: look again (same content → existing; different → 409)
+    if dialect == "postgresql" and len(by_key) <= SMALL_INSERT and not conflicts:
+        new_rows, stored = _insert_small_pg(session, by_key, order)
+    else:
+        new_rows, stored = _insert_checked(session, by_key, order, conflicts, dialect, bulk)
     out: dict[str, Any] = {r["run_key"]: StoredRun(r) for r in new_rows}
     if stored:
         out.update((r.run_key, r) for r in session.scalars(sa.select(Run).where(Run.run_key.in_(list(stored)))))
@@ -183,9 +165,76 @@ def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> 
 _RACE_RETRIES = 3
 
 
+def _raise_conflicts(stored: dict[str, str], by_key: dict[str, dict[str, Any]], order: list[str],
+                     conflicts: list[dict[str, Any]]) -> None:
+    for index, key in enumerate(order):
+        if key in stored and stored[key] != by_key[key]["content_hash"]:
+            conflicts.append({"index": index, "field": "run_key", "value": key,
+                              "message": "a run with this run_key is already stored with different content"})
+    if conflicts:
+        raise Conflict(f"{len(conflicts)} run_key conflict(s); first: {conflicts[0]['value']}", conflicts)
+
+
+def _insert_checked(session: Session, by_key: dict[str, dict[str, Any]], order: list[str],
+                    conflicts: list[dict[str, Any]], dialect: str, bulk: bool) -> tuple[list[dict], dict[str, str]]:
+    """Look the keys up, raise Conflict for changed content, insert the rest. Returns (new rows,
+    {stored key: content hash}). On PostgreSQL the insert runs in a savepoint and is retried
+    after a unique violation (a concurrent request committed one of the keys first)."""
+    for attempt in range(_RACE_RETRIES):
+        stored = _stored_hashes(session, list(by_key), dialect)
+        _raise_conflicts(stored, by_key, order, conflicts)
+        new_rows = [r for k, r in by_key.items() if k not in stored]
+        if not new_rows:
+            return new_rows, stored
+        if dialect != "postgresql":  # DuckDB: writes are serialised by Database's write lock
+            _write(session, new_rows, dialect, bulk)
+            return new_rows, stored
+        try:
+            with session.begin_nested():
+                _write(session, new_rows, dialect, bulk)
+            return new_rows, stored
+        except sa.exc.IntegrityError:
+            if attempt == _RACE_RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _insert_small_pg(session: Session, by_key: dict[str, dict[str, Any]],
+                     order: list[str]) -> tuple[list[dict], dict[str, str]]:
+    """PostgreSQL, a few runs: one `INSERT … ON CONFLICT (run_key) DO NOTHING RETURNING` (ids from
+    the column default). Keys it skipped are stored already — by an earlier or a concurrent
+    request — and are checked for changed content (409) afterwards. One round trip for new runs."""
+    from sqlalchemy.dialects.postgresql import insert
+
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    params = []
+    for r in by_key.values():
+        r["ingested_at"] = now
+        params.append({c: r.get(c) for c in INSERT_COLUMNS})
+    stmt = (insert(Run).on_conflict_do_nothing(index_elements=["run_key"])
+            .returning(Run.run_key, Run.id, sort_by_parameter_order=True))
+    inserted = {key: run_id for key, run_id in session.execute(stmt, params)}
+    skipped = [k for k in by_key if k not in inserted]
+    stored = _stored_hashes(session, skipped, "postgresql") if skipped else {}
+    _raise_conflicts(stored, by_key, order, [])
+    new_rows = []
+    for key, run_id in inserted.items():
+        by_key[key]["id"] = run_id
+        new_rows.append(by_key[key])
+    return new_rows, stored
+
+
+#: columns an INSERT names (id comes from the sequence default)
+INSERT_COLUMNS = [c for c in COLUMN_NAMES if c != "id"]
+
+
 def _write(session: Session, new_rows: list[dict[str, Any]], dialect: str, bulk: bool) -> None:
     """Give `new_rows` ids and ingested_at, and insert them set-based."""
     now = datetime.now(timezone.utc).replace(tzinfo=None)
+    if dialect == "duckdb" and len(new_rows) == 1 and not bulk:
+        new_rows[0]["ingested_at"] = now
+        new_rows[0]["id"] = _insert_one_duckdb(session, new_rows[0])
+        return
     for r, run_id in zip(new_rows, _next_ids(session, len(new_rows), dialect)):
         r["ingested_at"] = now
         r["id"] = run_id
@@ -195,6 +244,22 @@ def _write(session: Session, new_rows: list[dict[str, Any]], dialect: str, bulk:
         _insert_copy(session, new_rows)
     else:
         session.execute(sa.insert(Run), [{c: r.get(c) for c in COLUMN_NAMES} for r in new_rows])
+
+
+_INSERT_ONE_DUCKDB = (f"INSERT INTO runs ({', '.join(INSERT_COLUMNS)}) VALUES "
+                      f"({', '.join('CAST(? AS JSON)' if c == 'extra' else '?' for c in INSERT_COLUMNS)}) RETURNING id")
+
+
+def _insert_one_duckdb(session: Session, row: dict[str, Any]) -> int:
+    """One run into DuckDB: a single INSERT … RETURNING id on the raw connection (no separate
+    nextval query, no SQLAlchemy compilation: ~2 ms instead of ~5 ms for the 57-column row)."""
+    values = [row.get(c) for c in INSERT_COLUMNS]
+    extra_at = INSERT_COLUMNS.index("extra")
+    if values[extra_at] is not None:
+        values[extra_at] = json.dumps(values[extra_at])
+    raw = session.connection().connection.driver_connection
+    with _as_dbapi_error(_INSERT_ONE_DUCKDB):
+        return raw.execute(_INSERT_ONE_DUCKDB, values).fetchone()[0]
 
 
 #: up to this many new rows go through one executemany INSERT (cheaper than a bulk path to set up)
@@ -216,9 +281,12 @@ class StoredRun(dict):
 
 def _stored_hashes(session: Session, keys: list[str], dialect: str) -> dict[str, str]:
     """{run_key: content_hash} of the given keys already stored. DuckDB scans an IN list of many
-    keys (~30 ms at 10^6 rows) but not `= ANY(list)` (~7 ms), so it gets the latter."""
-    if dialect == "duckdb" and len(keys) > 1:
+    keys (~30 ms at 10^6 rows) but not `= ANY(list)` (~7 ms), so it gets the latter; one key is an
+    index lookup."""
+    if dialect == "duckdb":
         raw = session.connection().connection.driver_connection
+        if len(keys) == 1:  # an index lookup; through SQLAlchemy it costs twice as much
+            return dict(raw.execute("SELECT run_key, content_hash FROM runs WHERE run_key = ?", keys).fetchall())
         return dict(raw.execute("SELECT run_key, content_hash FROM runs WHERE run_key = ANY(?)", [keys]).fetchall())
     return {k: h for k, h in session.execute(
         sa.select(Run.run_key, Run.content_hash).where(Run.run_key.in_(keys))).all()}

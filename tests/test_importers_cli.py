@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 
-import pytest
 from typer.testing import CliRunner
 
 from service.cli import app

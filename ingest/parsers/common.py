@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ingest.record import RECOMPUTE, REPORTED_FIELDS, STATUSES
 
@@ -441,3 +441,35 @@ def finish_record(record: dict[str, Any], extra: dict[str, Any]) -> dict[str, An
         raise AssertionError(f"parser produced unknown fields {sorted(unknown)}")
     return out
 
+
+
+def parse_rows(path: str | os.PathLike, defaults: Mapping[str, Any], *, required: Sequence[str], layout: str,
+               parse_row: Callable[[Mapping[str, str], Mapping[str, Any]], dict[str, Any]],
+               key_for: Callable[[Mapping[str, str]], str]) -> ParseResult:
+    """The loop both CSV parsers share: read `path`, check the layout, turn each data row into a
+    record (with `run_key = RunKeys().make(key_for(cells))`) or a Reject naming the problem.
+
+    Raises ValueError for bad defaults or a header lacking a `required` column ("not a <layout>");
+    otherwise every data row ends up in exactly one of records / rejects.
+    """
+    defaults = coerce_defaults(defaults)
+    header, rows = read_rows(path)
+    result = ParseResult()
+    if not header:
+        return result
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise ValueError(f"{os.fspath(path)}: not a {layout} (no column(s) {missing})")
+    keys = RunKeys()
+    for raw in rows:
+        if raw.problem:
+            result.rejects.append(Reject(raw.line_no, raw.cells, raw.problem))
+            continue
+        try:
+            record = parse_row(raw.cells, defaults)
+        except RowError as exc:
+            result.rejects.append(Reject(raw.line_no, raw.cells, str(exc)))
+            continue
+        record["run_key"] = keys.make(key_for(raw.cells))
+        result.records.append(record)
+    return result

@@ -38,15 +38,13 @@ from typing import Any, Mapping
 
 from ingest.parsers.common import (
     ParseResult,
-    Reject,
     RowError,
-    RunKeys,
+    parse_rows,
     apply_defaults,
     canonical_precision,
     canonical_recompute,
     canonical_status,
     cell_error,
-    coerce_defaults,
     extra_key,
     finish_record,
     parse_bool,
@@ -55,7 +53,6 @@ from ingest.parsers.common import (
     parse_int,
     parse_percent,
     parse_size,
-    read_rows,
     row_digest,
 )
 
@@ -114,28 +111,14 @@ def parse_file(path: str | os.PathLike, **defaults: Any) -> ParseResult:
     Raises ValueError for bad defaults or a header without the dp/tp/pp columns (not a nanotron
     bench file); every data row otherwise ends up in exactly one of records / rejects.
     """
-    defaults = coerce_defaults(defaults)
-    header, rows = read_rows(path)
-    result = ParseResult()
-    if not header:
-        return result
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if missing:
-        raise ValueError(f"{os.fspath(path)}: not a nanotron bench CSV (no column(s) {missing})")
-    keys = RunKeys()
-    for raw in rows:
-        if raw.problem:
-            result.rejects.append(Reject(raw.line_no, raw.cells, raw.problem))
-            continue
-        try:
-            record = parse_row(raw.cells, defaults)
-        except RowError as exc:
-            result.rejects.append(Reject(raw.line_no, raw.cells, str(exc)))
-            continue
-        job = _JOB_SAFE_RE.sub("_", raw.cells.get("job_id", "")).strip("_")[:64] or "nojob"
-        record["run_key"] = keys.make(f"{SOURCE}:{job}:{row_digest(raw.cells)[:12]}")
-        result.records.append(record)
-    return result
+    return parse_rows(path, defaults, required=REQUIRED_COLUMNS, layout="nanotron bench CSV",
+                      parse_row=parse_row, key_for=_run_key)
+
+
+def _run_key(cells: Mapping[str, str]) -> str:
+    """nanotron-csv:<job_id>:<row digest> (job ids repeat across reruns; the digest tells them apart)."""
+    job = _JOB_SAFE_RE.sub("_", cells.get("job_id", "")).strip("_")[:64] or "nojob"
+    return f"{SOURCE}:{job}:{row_digest(cells)[:12]}"
 
 
 def parse_row(cells: Mapping[str, str], defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -54,14 +54,12 @@ from typing import Any, Mapping
 
 from ingest.parsers.common import (
     ParseResult,
-    Reject,
     RowError,
-    RunKeys,
+    parse_rows,
     apply_defaults,
     canonical_precision,
     canonical_recompute,
     canonical_status,
-    coerce_defaults,
     extra_key,
     find_size_token,
     finish_record,
@@ -69,7 +67,6 @@ from ingest.parsers.common import (
     parse_int,
     parse_percent,
     parse_size,
-    read_rows,
     row_digest,
 )
 
@@ -112,27 +109,8 @@ def parse_file(path: str | os.PathLike, **defaults: Any) -> ParseResult:
     Raises ValueError for bad defaults or a header lacking model/gpu_type/num_gpus (not the
     common layout); every data row otherwise ends up in exactly one of records / rejects.
     """
-    defaults = coerce_defaults(defaults)
-    header, rows = read_rows(path)
-    result = ParseResult()
-    if not header:
-        return result
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if missing:
-        raise ValueError(f"{os.fspath(path)}: not a published-table CSV (no column(s) {missing})")
-    keys = RunKeys()
-    for raw in rows:
-        if raw.problem:
-            result.rejects.append(Reject(raw.line_no, raw.cells, raw.problem))
-            continue
-        try:
-            record = parse_row(raw.cells, defaults)
-        except RowError as exc:
-            result.rejects.append(Reject(raw.line_no, raw.cells, str(exc)))
-            continue
-        record["run_key"] = keys.make(f"{SOURCE}:{row_digest(raw.cells)[:24]}")
-        result.records.append(record)
-    return result
+    return parse_rows(path, defaults, required=REQUIRED_COLUMNS, layout="published-table CSV",
+                      parse_row=parse_row, key_for=lambda cells: f"{SOURCE}:{row_digest(cells)[:24]}")
 
 
 def parse_row(cells: Mapping[str, str], defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:

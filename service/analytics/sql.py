@@ -63,7 +63,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel, ParseError, TokenError, UnsupportedError
 
 from service.db import Database
-from service.errors import DatabaseUnavailable, QueryRejected, ScalebookError, SqlUnavailable
+from service.errors import DatabaseUnavailable, QueryRejected, SqlUnavailable
 
 READER_ROLE = "scalebook_reader"
 #: longest query checked: sqlglot's pure-Python tokenizer and parser cost ~0.1 ms per token, paid before

@@ -95,7 +95,10 @@ def import_parsed(kind: str, path: Path, api: Api, defaults: dict[str, Any], rej
     from ingest.parsers import nanotron, table
 
     parser = {"nanotron": nanotron, "table": table}[kind]
-    result = parser.parse_file(path, **{k: v for k, v in defaults.items() if v is not None})
+    try:
+        result = parser.parse_file(path, **{k: v for k, v in defaults.items() if v is not None})
+    except ValueError as exc:  # wrong layout, bad --gpu-type/--gpus-per-node defaults
+        fail(str(exc))
     summary = ImportSummary(file=str(path), read=len(result.records) + len(result.rejects))
     for r in result.rejects:
         summary.rejected.append({"line": r.line_no, "row": r.row, "reason": r.reason})
