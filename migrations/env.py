@@ -1,25 +1,17 @@
 """Alembic environment for scalebook: one set of migrations for DuckDB and PostgreSQL.
 
 The URL comes from `config.attributes["url"]` (set by service.db.alembic_config) or
-SCALEBOOK_DATABASE_URL. DuckDB has no Alembic dialect implementation of its own, so one is
-registered here (it behaves like the default/PostgreSQL-ish implementation; no transactional DDL).
+SCALEBOOK_DATABASE_URL. DuckDB has no Alembic dialect implementation of its own: importing
+service.db registers one (service.db.DuckDBImpl).
 """
 
 from __future__ import annotations
 
 from alembic import context
-from alembic.ddl.impl import DefaultImpl
 from sqlalchemy import create_engine, pool
 
+from service import db as _db  # noqa: F401  (registers the DuckDB Alembic implementation)
 from service.tables import Base
-
-
-class DuckDBImpl(DefaultImpl):
-    """Alembic implementation for duckdb-engine's dialect name."""
-
-    __dialect__ = "duckdb"
-    transactional_ddl = False
-
 
 config = context.config
 target_metadata = Base.metadata

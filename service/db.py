@@ -20,6 +20,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.ddl.impl import DefaultImpl
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
@@ -28,6 +29,15 @@ from sqlalchemy.orm import Session
 from service.errors import Conflict, DatabaseUnavailable, ScalebookError, StaleSchema
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+class DuckDBImpl(DefaultImpl):
+    """Alembic has no implementation for duckdb-engine's dialect name; registering this subclass
+    (at import, before any MigrationContext is built) lets Alembic drive DuckDB like the default
+    implementation. DuckDB DDL is not transactional under Alembic's control."""
+
+    __dialect__ = "duckdb"
+    transactional_ddl = False
 
 
 def alembic_config(url: str) -> Config:

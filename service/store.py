@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import uuid
 from datetime import datetime, timezone
@@ -199,21 +200,32 @@ def _insert_checked(session: Session, by_key: dict[str, dict[str, Any]], order: 
     raise AssertionError("unreachable")
 
 
+@functools.lru_cache(maxsize=32)
+def _insert_or_skip_pg(n: int) -> str:
+    """`INSERT INTO runs … VALUES (n rows) ON CONFLICT (run_key) DO NOTHING RETURNING run_key, id`
+    with psycopg named parameters `<column>_<row>`. Plain SQL built once per n: SQLAlchemy cannot
+    cache a statement with ON CONFLICT and would compile it on every request (~2 ms)."""
+    rows = ", ".join("(" + ", ".join(f"%({c}_{i})s::json" if c == "extra" else f"%({c}_{i})s" for c in INSERT_COLUMNS)
+                     + ")" for i in range(n))
+    return (f"INSERT INTO runs ({', '.join(INSERT_COLUMNS)}) VALUES {rows} "
+            "ON CONFLICT (run_key) DO NOTHING RETURNING run_key, id")
+
+
 def _insert_small_pg(session: Session, by_key: dict[str, dict[str, Any]],
                      order: list[str]) -> tuple[list[dict], dict[str, str]]:
     """PostgreSQL, a few runs: one `INSERT … ON CONFLICT (run_key) DO NOTHING RETURNING` (ids from
     the column default). Keys it skipped are stored already — by an earlier or a concurrent
     request — and are checked for changed content (409) afterwards. One round trip for new runs."""
-    from sqlalchemy.dialects.postgresql import insert
-
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    params = []
-    for r in by_key.values():
+    params: dict[str, Any] = {}
+    for i, r in enumerate(by_key.values()):
         r["ingested_at"] = now
-        params.append({c: r.get(c) for c in INSERT_COLUMNS})
-    stmt = (insert(Run).on_conflict_do_nothing(index_elements=["run_key"])
-            .returning(Run.run_key, Run.id, sort_by_parameter_order=True))
-    inserted = {key: run_id for key, run_id in session.execute(stmt, params)}
+        for c in INSERT_COLUMNS:
+            params[f"{c}_{i}"] = r.get(c)
+        if params[f"extra_{i}"] is not None:
+            params[f"extra_{i}"] = json.dumps(params[f"extra_{i}"])
+    result = session.connection().exec_driver_sql(_insert_or_skip_pg(len(by_key)), params)
+    inserted = {key: run_id for key, run_id in result}
     skipped = [k for k in by_key if k not in inserted]
     stored = _stored_hashes(session, skipped, "postgresql") if skipped else {}
     _raise_conflicts(stored, by_key, order, [])
@@ -224,6 +236,8 @@ def _insert_small_pg(session: Session, by_key: dict[str, dict[str, Any]],
     return new_rows, stored
 
 
+#: a Core INSERT of every column (compiled once; the ORM bulk path recompiles per call)
+_INSERT_ALL = sa.insert(Run.__table__)
 #: columns an INSERT names (id comes from the sequence default)
 INSERT_COLUMNS = [c for c in COLUMN_NAMES if c != "id"]
 
@@ -243,7 +257,7 @@ def _write(session: Session, new_rows: list[dict[str, Any]], dialect: str, bulk:
     elif dialect == "postgresql" and len(new_rows) > SMALL_INSERT:
         _insert_copy(session, new_rows)
     else:
-        session.execute(sa.insert(Run), [{c: r.get(c) for c in COLUMN_NAMES} for r in new_rows])
+        session.connection().execute(_INSERT_ALL, [{c: r.get(c) for c in COLUMN_NAMES} for r in new_rows])
 
 
 _INSERT_ONE_DUCKDB = (f"INSERT INTO runs ({', '.join(INSERT_COLUMNS)}) VALUES "

@@ -88,7 +88,13 @@ def test_dashboard_service(compose):
     assert dash["environment"]["SCALEBOOK_API_URL"] == "http://api:8000"
     assert "SCALEBOOK_TOKEN" in dash["environment"]
     assert dash["command"][:2] == ["scalebook", "dashboard"] and "8501" in dash["command"]
+    assert dash["command"][dash["command"].index("--address") + 1] == "0.0.0.0"  # reachable in the container
     assert dash["depends_on"]["api"]["condition"] == "service_healthy"
+    # the options the command uses exist
+    env = {**os.environ, "COLUMNS": "200"}
+    shown = subprocess.run([sys.executable, "-m", "service.cli", "dashboard", "--help"], capture_output=True, text=True,
+                           timeout=60, cwd=REPO, env=env)
+    assert shown.returncode == 0 and "--address" in shown.stdout and "--port" in shown.stdout
 
 
 def test_dockerfile_and_dockerignore():

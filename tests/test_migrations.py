@@ -73,10 +73,6 @@ def test_upgrade_from_empty(empty_url):
         db.dispose()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "service/db.py: Database.current_revision() builds a MigrationContext before migrations/env.py "
-    "has registered the DuckDB Alembic impl, so `scalebook db current` / `db check` in a fresh process "
-    "raise KeyError: 'duckdb'. Fix: register the impl in service/db.py (define DuckDBImpl there)."))
 def test_db_current_in_a_fresh_process_on_duckdb(tmp_path):
     import os
     import subprocess

@@ -380,3 +380,20 @@ def test_sigkill_during_ingest_loses_no_acknowledged_run(db_url, tmp_path):
     count, stored = _stored_keys(db_url)
     assert acked <= stored
     assert count == len(stored)
+
+
+# -- the benchmark tool ----------------------------------------------------------------------------
+
+def test_bench_smoke(tmp_path):
+    """`scalebook bench` runs end to end on a small N and prints its one JSON object (no timing
+    assertions: the figures at 10^6 runs are in bench/RESULTS.md)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCALEBOOK_")}
+    done = subprocess.run([sys.executable, "-m", "service.cli", "bench", "--runs", "2000", "--backend", "duckdb",
+                           "--json", "--single-posts", "50", "--query-calls", "3"],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert {"backend", "stored_runs", "ingest_batch_runs_per_s", "ingest_single_post_p50_ms",
+            "ingest_single_post_p99_ms", "heatmap_ms", "recommend_ms"} <= set(result)
+    assert result["backend"] == "duckdb" and result["stored_runs"] == 2000
+    assert result["heatmap_cells"] > 10 and result["recommend_candidates"] > 0
