@@ -8,9 +8,9 @@ peak_memory_gib (GiB = 2**30 bytes per GPU), step_time_s (seconds per optimizer 
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from ingest.record import ERROR_CLASSES, RECOMPUTE, STATUSES
 
@@ -19,6 +19,15 @@ Recompute = Literal[RECOMPUTE]  # type: ignore[valid-type]
 ErrorClass = Literal[ERROR_CLASSES]  # type: ignore[valid-type]
 
 PosInt = Field(default=None, ge=1)
+
+
+def as_utc(v: datetime | None) -> datetime | None:
+    """A naive (UTC) datetime made timezone-aware, so it serialises as RFC 3339 with +00:00."""
+    return v.replace(tzinfo=timezone.utc) if v is not None and v.tzinfo is None else v
+
+
+#: a stored (naive UTC) timestamp on the wire: timezone-aware, RFC 3339 with its offset
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class RunIn(BaseModel):
@@ -107,6 +116,12 @@ class RunOut(RunIn):
     fingerprint: str | None = None
     mfu: float | None = None  # stored as reported; bounds are checked on input only
     hfu: float | None = None
+
+    @field_validator("started_at", "ingested_at")
+    @classmethod
+    def _utc_naive(cls, v: datetime | None) -> datetime | None:  # overrides RunIn's: stored naive UTC
+        """Stored timestamps are naive UTC; on the wire they carry their offset (RFC 3339)."""
+        return as_utc(v)
 
 
 class RunBatch(BaseModel):

@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -36,6 +37,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 from conftest import REPO, free_port, shared_data_dir
 from service import benchtool
 from service.api import create_app
+from service.db import Database
 from service.settings import Settings
 
 # -- schemathesis ------------------------------------------------------------------------------
@@ -43,7 +45,11 @@ from service.settings import Settings
 
 #: One app for the fuzzer, loaded eagerly (schemathesis' lazy `from_fixture` loader reads
 #: `request.node._nodeid`, which pytest 9 no longer has); `fuzz_db` points it at each test's database.
-FUZZ_APP = create_app(None, Settings(database_url=None))
+#: Its placeholder database is a per-process temporary DuckDB file, never the user's default one
+#: (two xdist workers would fight over its lock at collection time).
+_FUZZ_PLACEHOLDER = Database(f"duckdb:///{tempfile.mkdtemp(prefix='sbfuzz')}/placeholder.duckdb")
+_FUZZ_PLACEHOLDER.upgrade()
+FUZZ_APP = create_app(_FUZZ_PLACEHOLDER, Settings(database_url=None))
 # Revoking tokens by random id would lock the rest of the run out (or revoke nothing): DELETE
 # /tokens is covered by tests/test_tokens.py instead.
 schema = schemathesis.openapi.from_asgi("/openapi.json", FUZZ_APP).exclude(method="DELETE", path_regex="/tokens")
@@ -60,7 +66,7 @@ def fuzz_db(database):
     FUZZ_APP.state.db = database
     FUZZ_APP.state.tokens = TokenState()
     yield database
-    del FUZZ_APP.state.db
+    FUZZ_APP.state.db = _FUZZ_PLACEHOLDER
 
 
 @schema.parametrize()

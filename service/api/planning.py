@@ -13,7 +13,7 @@ from service.analytics.recommend import parse_model_params
 from service.api.deps import SessionDep
 from service.api.security import READ
 from service.derive import model_size_class
-from service.schemas import ErrorBody
+from service.schemas import ErrorBody, UtcDatetime
 from service.store import naive_utc
 
 router = APIRouter(tags=["planning"])
@@ -128,7 +128,7 @@ def get_plan(
 class RegressionFlag(BaseModel):
     run_id: int
     name: str | None
-    started_at: datetime | None
+    started_at: UtcDatetime | None
     value: float
     baseline_median: float
     mad: float
@@ -146,7 +146,7 @@ class Regressions(BaseModel):
     threshold: float
     min_history: int
     min_drop: float
-    since: datetime | None
+    since: UtcDatetime | None
     fingerprints_checked: int
     runs_checked: int
     flags: list[RegressionFlag]
