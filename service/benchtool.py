@@ -207,7 +207,7 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if k not in ("SCALEBOOK_TOKEN",)}
         env["SCALEBOOK_DATABASE_URL"] = url
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1",
                                       "--port", str(self.port), "--log-level", "warning"],
                                      env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=str(REPO_ROOT))
@@ -237,7 +237,7 @@ class Server:
                 self.proc.wait()
         self._log.close()
 
-    def __enter__(self) -> Server:
+    def __enter__(self) -> Server:  # noqa: PYI034
         return self
 
     def __exit__(self, *exc) -> None:
@@ -258,7 +258,7 @@ def _create_database(backend: str, pg_url: str, workdir: Path) -> tuple[str, Cal
 
     if backend == "duckdb":
         url = f"duckdb:///{workdir / 'bench.duckdb'}"
-        drop = lambda: None  # noqa: E731 - the temp dir goes with it
+        drop = lambda: None
     else:
         admin_url = _pg_admin_url(pg_url)
         name = f"scalebook_bench_{uuid.uuid4().hex[:8]}"

@@ -18,7 +18,9 @@ Status = Literal[STATUSES]  # type: ignore[valid-type]
 Recompute = Literal[RECOMPUTE]  # type: ignore[valid-type]
 ErrorClass = Literal[ERROR_CLASSES]  # type: ignore[valid-type]
 
-PosInt = Field(default=None, ge=1)
+INT32_MAX = 2**31 - 1  # INTEGER columns
+INT64_MAX = 2**63 - 1  # BIGINT columns
+PosInt = Field(default=None, ge=1, le=INT32_MAX)
 
 
 def as_utc(v: datetime | None) -> datetime | None:
@@ -49,19 +51,19 @@ class RunIn(BaseModel):
     started_at: datetime | None = Field(default=None, description="when the job ran (ISO 8601; naive = UTC)")
     source: str = Field(default="api", min_length=1, max_length=64)
     model_name: str | None = Field(default=None, max_length=200)
-    model_params: int | None = Field(default=None, ge=1, description="total parameters, embeddings included")
+    model_params: int | None = Field(default=None, ge=1, le=INT64_MAX, description="total parameters, embeddings included")
     num_layers: int | None = PosInt
     hidden_size: int | None = PosInt
     num_heads: int | None = PosInt
     num_kv_heads: int | None = PosInt
     ffn_hidden_size: int | None = PosInt
     vocab_size: int | None = PosInt
-    seq_len: int | None = Field(default=None, ge=1, description="tokens per sample")
+    seq_len: int | None = Field(default=None, ge=1, le=INT32_MAX, description="tokens per sample")
     gpu_type: str | None = Field(default=None, max_length=100,
                                  description="canonicalised through the hardware catalog (e.g. H100-SXM-80GB)")
     gpus_per_node: int | None = PosInt
     nodes: int | None = PosInt
-    world_size: int | None = Field(default=None, ge=1, description="nodes × gpus_per_node unless given")
+    world_size: int | None = Field(default=None, ge=1, le=INT32_MAX, description="nodes × gpus_per_node unless given")
     dp: int | None = PosInt
     tp: int | None = PosInt
     pp: int | None = PosInt
@@ -69,9 +71,9 @@ class RunIn(BaseModel):
     ep: int | None = PosInt
     zero_stage: int | None = Field(default=None, ge=0, le=3,
                                    description="ZeRO/FSDP stage: FULL_SHARD=3, SHARD_GRAD_OP=2")
-    micro_batch_size: int | None = Field(default=None, ge=1, description="samples per micro-batch per DP replica")
-    grad_accum_steps: int | None = Field(default=None, ge=1, description="micro-batches per optimizer step")
-    global_batch_tokens: int | None = Field(default=None, ge=1,
+    micro_batch_size: int | None = Field(default=None, ge=1, le=INT32_MAX, description="samples per micro-batch per DP replica")
+    grad_accum_steps: int | None = Field(default=None, ge=1, le=INT32_MAX, description="micro-batches per optimizer step")
+    global_batch_tokens: int | None = Field(default=None, ge=1, le=INT64_MAX,
                                             description="dp·micro_batch_size·grad_accum_steps·seq_len unless given")
     recompute: Recompute | None = None
     precision: str | None = Field(default=None, max_length=32)
@@ -96,7 +98,10 @@ class RunIn(BaseModel):
     @classmethod
     def _utc_naive(cls, v: datetime | None) -> datetime | None:
         if v is not None and v.tzinfo is not None:
-            v = v.astimezone(timezone.utc).replace(tzinfo=None)
+            try:
+                v = v.astimezone(timezone.utc).replace(tzinfo=None)
+            except OverflowError as exc:
+                raise ValueError(f"{v.isoformat()} is outside the representable UTC range") from exc
         return v
 
 

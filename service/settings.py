@@ -38,9 +38,25 @@ class Settings(BaseSettings):
 
     @field_validator("max_batch_runs", "max_body_bytes", "sql_max_rows")
     @classmethod
-    def _positive(cls, v: int) -> int:
-        if v <= 0:
-            raise ValueError(f"must be > 0, got {v}")
+    def _positive(cls, v: int, info) -> int:
+        caps = {"max_batch_runs": 100_000, "max_body_bytes": 1 << 30, "sql_max_rows": 1_000_000}
+        if not 0 < v <= caps[info.field_name]:
+            raise ValueError(f"must be in 1..{caps[info.field_name]}, got {v}")
+        return v
+
+    @field_validator("sql_timeout_s")
+    @classmethod
+    def _timeout(cls, v: float) -> float:
+        if not 0 < v <= 300:
+            raise ValueError(f"must be in (0, 300] seconds, got {v}")
+        return v
+
+    @field_validator("database_url")
+    @classmethod
+    def _scheme(cls, v: str | None) -> str | None:
+        if v and not v.startswith(("duckdb:///", "postgres://", "postgresql://", "postgresql+psycopg://")):
+            raise ValueError(f"unsupported database URL scheme in {v.split('://')[0]!r}: use duckdb:///path or "
+                             "postgresql://user@host/db")
         return v
 
     @property

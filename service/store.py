@@ -13,7 +13,7 @@ import contextlib
 import functools
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -216,7 +216,7 @@ def _insert_small_pg(session: Session, by_key: dict[str, dict[str, Any]],
     """PostgreSQL, a few runs: one `INSERT … ON CONFLICT (run_key) DO NOTHING RETURNING` (ids from
     the column default). Keys it skipped are stored already — by an earlier or a concurrent
     request — and are checked for changed content (409) afterwards. One round trip for new runs."""
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = datetime.now(UTC).replace(tzinfo=None)
     params: dict[str, Any] = {}
     for i, r in enumerate(by_key.values()):
         r["ingested_at"] = now
@@ -244,7 +244,7 @@ INSERT_COLUMNS = [c for c in COLUMN_NAMES if c != "id"]
 
 def _write(session: Session, new_rows: list[dict[str, Any]], dialect: str, bulk: bool) -> None:
     """Give `new_rows` ids and ingested_at, and insert them set-based."""
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = datetime.now(UTC).replace(tzinfo=None)
     if dialect == "duckdb" and len(new_rows) == 1 and not bulk:
         new_rows[0]["ingested_at"] = now
         new_rows[0]["id"] = _insert_one_duckdb(session, new_rows[0])
@@ -435,7 +435,7 @@ def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", li
 def naive_utc(moment: datetime) -> datetime:
     """Stored timestamps are naive UTC: convert aware datetimes, keep naive ones."""
     if moment.tzinfo is not None:
-        return moment.astimezone(timezone.utc).replace(tzinfo=None)
+        return moment.astimezone(UTC).replace(tzinfo=None)
     return moment
 
 
@@ -453,6 +453,6 @@ def _decode_cursor(cursor: str, col) -> tuple[Any, int]:
         if not isinstance(run_id, int):
             raise ValueError
         return value, run_id
-    except Exception as exc:  # noqa: BLE001 - any malformed cursor is the client's error
+    except Exception as exc:
         raise BadRequest("malformed cursor", [{"field": "cursor", "value": cursor,
                                                 "message": "pass next_cursor from the previous page"}]) from exc

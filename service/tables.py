@@ -10,6 +10,7 @@ from datetime import datetime
 
 from sqlalchemy import (
     JSON,
+    func,
     BigInteger,
     DateTime,
     Double,
@@ -112,6 +113,23 @@ class Run(Base):
         Index("ix_runs_model_name", "model_name"),
         Index("ix_runs_started_at", "started_at"),
     )
+
+
+# PostgreSQL-only partial indexes (migration 0003): the heatmap's LATERAL top-1 per cell, the
+# recommender's covering per-config scan and its recorded-OOM lookup. DuckDB has no partial
+# indexes; it answers those queries with arg_min/arg_max scans instead.
+Index("ix_runs_best_tps", Run.model_size_class, Run.nodes, Run.tokens_per_sec_per_gpu.desc().nulls_last(),
+      func.coalesce(Run.mfu_derived, Run.mfu).desc().nulls_last(), Run.id,
+      postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
+Index("ix_runs_best_mfu", Run.model_size_class, Run.nodes, func.coalesce(Run.mfu_derived, Run.mfu).desc().nulls_last(),
+      Run.id, postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
+Index("ix_runs_config", Run.model_size_class, Run.nodes, Run.gpus_per_node, Run.gpu_type, Run.seq_len, Run.dp, Run.tp,
+      Run.pp, Run.cp, Run.ep, Run.zero_stage, Run.micro_batch_size, Run.grad_accum_steps, Run.recompute,
+      postgresql_include=["tokens_per_sec_per_gpu", "mfu_derived", "mfu", "global_batch_tokens", "peak_memory_gib", "id"],
+      postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
+Index("ix_runs_oom", Run.model_size_class,
+      postgresql_include=["tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute", "seq_len", "dp"],
+      postgresql_where=Run.status == "oom").ddl_if(dialect="postgresql")
 
 
 class ApiToken(Base):

@@ -240,18 +240,16 @@ def test_good_queries_answer_what_the_csv_says(nanotron_client, data_dir):
     assert recursive["rows"] == [[15]]
 
 
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)  # the reader role is a PostgreSQL object
 def test_postgres_without_reader_role_refuses_with_503(client, backend, monkeypatch):
-    if backend != "postgresql":
-        pytest.skip("the reader role is a PostgreSQL object")
     monkeypatch.setattr(user_sql, "READER_ROLE", "scalebook_reader_that_does_not_exist")
     r = sql(client, "SELECT count(*) FROM runs")
     assert r.status_code == 503 and r.json()["error"]["code"] == "sql_unavailable"
     assert "CREATE ROLE" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_migration_made_a_least_privilege_reader_role(database, backend):
-    if backend != "postgresql":
-        pytest.skip("the reader role is a PostgreSQL object")
     with database.engine.connect() as conn:
         role = conn.execute(sa.text("SELECT rolcanlogin, rolsuper, rolcreaterole FROM pg_roles "
                                     "WHERE rolname = 'scalebook_reader'")).one()

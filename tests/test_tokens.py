@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import create_pg_database, drop_pg_database, free_port
 
 RUN = {"model_params": 1_340_000_000, "nodes": 1, "gpus_per_node": 8, "dp": 8, "seq_len": 4096,
@@ -120,7 +119,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def scalebook(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "service.cli", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, check=False)
 
 
 def test_cli_through_the_api(live_api):
@@ -208,7 +207,7 @@ def test_serve_refuses_public_bind_without_tokens(tmp_path: Path):
     env = _env(SCALEBOOK_DATABASE_URL=f"duckdb:///{tmp_path / 'empty.duckdb'}")
     proc, _ = _serve(env)
     try:
-        out, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         _stop(proc)
     assert proc.returncode != 0

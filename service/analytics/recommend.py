@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-import sqlalchemy.dialects.postgresql  # noqa: F401  (sa.dialects.postgresql.array)
+import sqlalchemy.dialects.postgresql
 from sqlalchemy.orm import Session
 
 from service import hardware
@@ -43,7 +43,7 @@ _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*
 _SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
 
-def parse_model_params(value: str | int | float) -> int:
+def parse_model_params(value: str | float) -> int:
     """'8B' | '1.34B' | '8e9' | '470' | 8030261248 -> parameter count.
 
     A bare number below 10,000 is read as billions ("8" -> 8e9). Raises BadRequest naming the value.
@@ -170,7 +170,8 @@ def _groups(session: Session, value, size_class: float | None, target: Target) -
     aggregate in the database (no per-run rows reach Python): DuckDB picks the best run with
     arg_min over the ranking key; PostgreSQL with max() over a float8 array that starts with the
     ranking key (every field is exact in a double: ids and batch sizes are far below 2^53), read
-    from the covering partial index ix_runs_config (migration 0003).
+    from the covering partial index ix_runs_config (migration 0003), which is ordered by the
+    GROUP BY key so the entries are grouped as they come.
     """
     base = [Run.status == "success", Run.model_size_class.is_not(None), Run.nodes.is_not(None), Run.tp.is_not(None)]
     window = [Run.model_size_class.between(size_class / 16, size_class * 16),
@@ -212,15 +213,18 @@ def _aggregate_duckdb(session: Session, value, conds: list) -> list[dict[str, An
     return groups
 
 
-#: for the aggregate's transaction only: hash-aggregate in memory, no JIT compilation (it costs
-#: more than the query), and a parallel index-only scan (the planner overestimates the groups)
-_PG_AGGREGATE_SETTINGS = ("work_mem = '64MB'", "jit = off", "parallel_setup_cost = 10",
-                          "parallel_tuple_cost = 0.001", "min_parallel_index_scan_size = 0")
+#: for the aggregate's transaction only: a plan for the actual window (psycopg prepares a
+#: statement after 5 runs, and PostgreSQL's generic plan for `BETWEEN $1 AND $2` can be 5x
+#: slower), no JIT compilation (wide windows pass jit_above_cost, and compiling takes ~150 ms,
+#: longer than the query), and memory for a hash aggregate should the planner not group the
+#: presorted index
+_PG_AGGREGATE_SETTINGS = ("plan_cache_mode = force_custom_plan", "jit = off", "work_mem = '64MB'")
 
 
 def _aggregate_array(session: Session, value, conds: list) -> list[dict[str, Any]]:
     """PostgreSQL: max(ARRAY[has metric, metric, -id, batch, mfu, memory, tps]) per group is the
-    best run (arrays compare element by element)."""
+    best run (arrays compare element by element). Typed NullType so psycopg's list of floats is
+    taken as is (SQLAlchemy's ARRAY result processing costs ~40 µs per row)."""
     f8 = sa.dialects.postgresql.DOUBLE_PRECISION
     key = sa.dialects.postgresql.array([
         sa.cast(sa.case((value.is_(None), 0), else_=1), f8), sa.func.coalesce(value, 0.0),
@@ -228,7 +232,7 @@ def _aggregate_array(session: Session, value, conds: list) -> list[dict[str, Any
         Run.peak_memory_gib, Run.tokens_per_sec_per_gpu])
     for setting in _PG_AGGREGATE_SETTINGS:
         session.execute(sa.text(f"SET LOCAL {setting}"))
-    query = (sa.select(*_group_cols(), *_counts(value), sa.func.max(key).label("best"))
+    query = (sa.select(*_group_cols(), *_counts(value), sa.func.max(key, type_=sa.types.NullType()).label("best"))
              .where(*conds).group_by(*_group_cols()))
     groups = []
     for r in session.execute(query).mappings():

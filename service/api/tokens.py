@@ -9,7 +9,7 @@ the very next request.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Request
@@ -37,7 +37,7 @@ class TokenCreate(BaseModel):
 
 def _utc(value: datetime | None) -> datetime | None:
     """Stored timestamps are naive UTC; answer them with their offset (RFC 3339 'date-time')."""
-    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 class TokenInfo(BaseModel):
