@@ -214,18 +214,15 @@ class Server:
         self.log_path = log_path
 
     def wait(self, timeout_s: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BenchError(f"scalebook serve exited with {self.proc.returncode}: "
-                                 f"{self.log_path.read_text(errors='replace')[-2000:]}")
-            try:
-                if httpx.get(f"{self.base}/api/v1/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise BenchError(f"scalebook serve not healthy after {timeout_s:.0f}s")
+        from service.cli.server import wait_for_api
+
+        try:
+            wait_for_api(self.base, timeout_s, proc=self.proc)
+        except ChildProcessError as exc:
+            raise BenchError(f"scalebook serve exited with {self.proc.returncode}: "
+                             f"{self.log_path.read_text(errors='replace')[-2000:]}") from exc
+        except TimeoutError as exc:
+            raise BenchError(f"scalebook serve not healthy after {timeout_s:.0f}s") from exc
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
 import sys
 from pathlib import Path
@@ -20,21 +19,13 @@ from ingest.classify import (
     main,
     status_for,
 )
+from conftest import shared_data_dir
 from ingest.record import ERROR_CLASSES
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _data_dir() -> Path:
-    """SCALEBOOK_SHARED_DATA, else <repo>/../shared/data if it exists, else <repo>/examples/data."""
-    env = os.environ.get("SCALEBOOK_SHARED_DATA")
-    if env:
-        return Path(env)
-    shared = REPO.parent / "shared" / "data"
-    return shared if shared.is_dir() else REPO / "examples" / "data"
-
-
-ERROR_LINES_CSV = _data_dir() / "failures" / "error_lines.csv"
+ERROR_LINES_CSV = shared_data_dir() / "failures" / "error_lines.csv"
 
 
 def _labelled() -> list[tuple[str, str]]:

@@ -81,9 +81,13 @@ def dashboard(port: int = typer.Option(8501, help="dashboard port"),
     raise typer.Exit(subprocess.call(_dashboard_cmd(port, address), env=env))
 
 
-def wait_for_api(url: str, timeout_s: float = 60.0) -> None:
+def wait_for_api(url: str, timeout_s: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    """Poll GET {url}/api/v1/health until it answers 200. Raises TimeoutError after `timeout_s`,
+    or ChildProcessError as soon as `proc` (the server being waited for) has exited."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ChildProcessError(f"the API process exited with {proc.returncode}")
         try:
             if httpx.get(f"{url}/api/v1/health", timeout=2).status_code == 200:
                 return
