@@ -109,6 +109,20 @@ def fit_amdahl(n_rel: Sequence[float], speedup: Sequence[float]) -> dict[str, An
     }
 
 
+def _pin(session: Session, column, given, conds: list, notes: list[str], what: str):
+    """Restrict `conds` to one value of `column`: the given one, else the value with the most
+    runs (noting the choice when several were measured). Returns the value used (None if none)."""
+    value = given or None  # "" (an empty query parameter) means "not given", as before
+    if value is None:
+        value, k = _most_common(session, column, conds)
+        if k > 1:
+            notes.append(f"runs of this size class were measured at {k} {what}; using {value} "
+                         f"(the most runs): pass {column.key} to choose")
+    if value is not None:
+        conds.append(column == value)
+    return value
+
+
 def _most_common(session: Session, column, conds: list) -> tuple[Any, int]:
     rows = session.execute(sa.select(column, sa.func.count()).where(*conds, column.is_not(None))
                            .group_by(column)).all()
@@ -142,23 +156,9 @@ def scaling(session: Session, size_class: float, *, gpu_type: str | None = None,
     notes: list[str] = []
     conds = [Run.status == "success", Run.model_size_class == size_class, Run.nodes.is_not(None), value.is_not(None)]
     if gpu_type:
-        conds.append(Run.gpu_type == (hardware.canonical_gpu_type(gpu_type) or gpu_type))
-    else:
-        gpu_type, k = _most_common(session, Run.gpu_type, conds)
-        if k > 1:
-            notes.append(f"runs of this size class were measured on {k} GPU types; using {gpu_type} "
-                         "(the most runs): pass gpu_type to choose")
-        if gpu_type:
-            conds.append(Run.gpu_type == gpu_type)
-    if seq_len:
-        conds.append(Run.seq_len == seq_len)
-    else:
-        seq_len, k = _most_common(session, Run.seq_len, conds)
-        if k > 1:
-            notes.append(f"runs were measured at {k} sequence lengths; using {seq_len} (the most runs): "
-                         "pass seq_len to choose")
-        if seq_len:
-            conds.append(Run.seq_len == seq_len)
+        gpu_type = hardware.canonical_gpu_type(gpu_type) or gpu_type
+    gpu_type = _pin(session, Run.gpu_type, gpu_type, conds, notes, "GPU types")
+    seq_len = _pin(session, Run.seq_len, seq_len, conds, notes, "sequence lengths")
 
     ranked = sa.select(
         Run.id, sa.func.row_number().over(partition_by=Run.nodes, order_by=(value.desc(), Run.id)).label("rank"),

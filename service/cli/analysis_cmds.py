@@ -11,7 +11,7 @@ from enum import Enum
 import typer
 from rich.table import Table
 
-from service.cli.base import Api, ApiError, app, console, err_console, fail, print_json
+from service.cli.base import Api, ApiError, app, console, err_console, fail, fetch, print_json
 
 
 class SqlFormat(str, Enum):
@@ -86,12 +86,8 @@ def scaling(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Best run per node count for a model size, scaling efficiency and the Amdahl's-law fit."""
-    try:
-        body = Api().get("/scaling", model_params=model, gpu_type=gpu_type, seq_len=seq_len, metric=metric)
-    except ApiError as exc:
-        fail(str(exc))
-    if as_json:
-        print_json(body)
+    body = fetch("/scaling", as_json, model_params=model, gpu_type=gpu_type, seq_len=seq_len, metric=metric)
+    if body is None:
         return
     table = Table(title=f"{body['model_size_class']:g}B on {body.get('gpu_type') or '?'}"
                         f"{', seq ' + str(body['seq_len']) if body.get('seq_len') else ''}")
@@ -132,13 +128,9 @@ def plan(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """GPUs needed: GPUs = 6·N·tokens / (peak · MFU · time), with the MFU of the nearest recorded run."""
-    try:
-        body = Api().get("/plan", model_params=model, tokens=tokens, days=days, gpu_type=gpu_type, mfu=mfu,
+    body = fetch("/plan", as_json, model_params=model, tokens=tokens, days=days, gpu_type=gpu_type, mfu=mfu,
                          peak_tflops=peak_tflops, gpus_per_node=gpus_per_node)
-    except ApiError as exc:
-        fail(str(exc))
-    if as_json:
-        print_json(body)
+    if body is None:
         return
     console.print(f"[bold]{body['gpus']:,} GPUs[/] ({body['nodes']:,} nodes × {body['gpus_per_node']}) for "
                   f"{body['model_params'] / 1e9:g}B params on {_si(body['tokens'])} tokens in {body['days']:g} days")
@@ -165,12 +157,8 @@ def regressions(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Runs far below the history of their fingerprint (same config, hardware and versions)."""
-    try:
-        body = Api().get("/regressions", metric=metric, threshold=threshold, min_history=min_history, since=since)
-    except ApiError as exc:
-        fail(str(exc))
-    if as_json:
-        print_json(body)
+    body = fetch("/regressions", as_json, metric=metric, threshold=threshold, min_history=min_history, since=since)
+    if body is None:
         return
     console.print(f"{body['runs_checked']:,} run(s) of {body['fingerprints_checked']:,} fingerprint(s) checked; "
                   f"{len(body['flags'])} flagged")

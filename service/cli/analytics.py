@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from service.cli.base import Api, ApiError, app, console, fail, print_json
+from service.cli.base import app, console, fetch
 
 
 def _label(best: dict) -> str:
@@ -36,13 +36,9 @@ def heatmap(
     as_json: bool = typer.Option(False, "--json", help="print the API's JSON"),
 ) -> None:
     """Best config per model size class (rows, billions) × node count (columns)."""
-    try:
-        body = Api().get("/heatmap", metric=metric, gpu_type=gpu_type, seq_len=seq_len,
+    body = fetch("/heatmap", as_json, metric=metric, gpu_type=gpu_type, seq_len=seq_len,
                          global_batch_tokens=global_batch_tokens, framework=framework, precision=precision)
-    except ApiError as exc:
-        fail(str(exc))
-    if as_json:
-        print_json(body)
+    if body is None:
         return
     cells = body["cells"]
     if model:
@@ -111,14 +107,10 @@ def recommend(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """"What worked on N nodes for this model?" — nearest recorded configs, adapted to the target."""
-    try:
-        body = Api().get("/recommend", model_params=model, nodes=nodes, gpus_per_node=gpus_per_node,
+    body = fetch("/recommend", as_json, model_params=model, nodes=nodes, gpus_per_node=gpus_per_node,
                          gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, k=k,
                          metric=metric)
-    except ApiError as exc:
-        fail(str(exc))
-    if as_json:
-        print_json(body)
+    if body is None:
         return
     t = body["target"]
     console.print(f"target: {t['model_size_class']:g}B on {t['nodes']} × {t['gpus_per_node']} GPUs"

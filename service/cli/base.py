@@ -74,3 +74,17 @@ def fail(message: str, code: int = 1) -> None:
 
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def fetch(path: str, as_json: bool, **params: Any) -> Any | None:
+    """GET an API path for a read-only command. Exits with the API's error message on an error
+    answer; with --json prints the body and returns None (the command is done); otherwise returns
+    the body for the command to render."""
+    try:
+        body = Api().get(path, **params)
+    except ApiError as exc:
+        fail(str(exc))
+    if as_json:
+        print_json(body)
+        return None
+    return body
