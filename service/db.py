@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb_engine
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
@@ -24,6 +25,7 @@ from alembic.ddl.impl import DefaultImpl
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.dialects import registry
 from sqlalchemy.orm import Session
 
 from service.errors import Conflict, DatabaseUnavailable, ScalebookError, StaleSchema
@@ -38,6 +40,22 @@ class DuckDBImpl(DefaultImpl):
 
     __dialect__ = "duckdb"
     transactional_ddl = False
+
+
+class CachingDuckDBDialect(duckdb_engine.Dialect):
+    """duckdb-engine's dialect with SQLAlchemy's compiled-statement cache switched on.
+
+    duckdb-engine sets `supports_statement_cache = False` (a third-party dialect's default until
+    it opts in), so every statement was compiled on every execution: ~1–2 ms for a 57-column
+    SELECT, more for the analytics aggregates. The dialect compiles with PostgreSQL's compiler,
+    which SQLAlchemy caches for its own PostgreSQL dialects; the whole test suite runs on it.
+    Registered under the name "duckdb" at import, before any engine is built.
+    """
+
+    supports_statement_cache = True
+
+
+registry.register("duckdb", __name__, "CachingDuckDBDialect")
 
 
 def alembic_config(url: str) -> Config:

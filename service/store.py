@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from service import derive
+from service import derive, run_configs
 from service.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from service.schemas import RunIn
 from service.tables import RUN_ID_SEQ, Run
@@ -156,6 +156,9 @@ def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> 
         new_rows, stored = _insert_small_pg(session, by_key, order)
     else:
         new_rows, stored = _insert_checked(session, by_key, order, conflicts, dialect, bulk)
+    if new_rows:  # the per-configuration summary, in the same transaction
+        with _as_dbapi_error("INSERT INTO run_configs … ON CONFLICT DO UPDATE"):
+            run_configs.record(session, new_rows)
     out: dict[str, Any] = {r["run_key"]: StoredRun(r) for r in new_rows}
     if stored:
         out.update((r.run_key, r) for r in session.scalars(sa.select(Run).where(Run.run_key.in_(list(stored)))))

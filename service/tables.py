@@ -132,6 +132,59 @@ Index("ix_runs_oom", Run.model_size_class,
       postgresql_where=Run.status == "oom").ddl_if(dialect="postgresql")
 
 
+class RunConfig(Base):
+    """One recorded configuration of successful runs, summarised (service/run_configs.py).
+
+    Key: the recommender's grouping (model size class, nodes, GPUs per node, GPU type, seq len and
+    the parallel config), as one text `config_key`. Per ranking metric (`tps_` =
+    tokens_per_sec_per_gpu, `mfu_` = mfu_derived falling back to mfu): how many runs report it,
+    its min and max, and the best run (highest metric, then lowest id; runs without it last) with
+    the fields the recommender answers with. Maintained in the transaction that stores the runs,
+    so "what worked?" reads a few thousand rows instead of every successful run.
+    """
+
+    __tablename__ = "run_configs"
+
+    config_key: Mapped[str] = mapped_column(String(500), primary_key=True)
+    model_size_class: Mapped[float] = mapped_column(Double, nullable=False)
+    nodes: Mapped[int] = mapped_column(Integer, nullable=False)
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer)
+    gpu_type: Mapped[str | None] = mapped_column(String(100))
+    seq_len: Mapped[int | None] = mapped_column(Integer)
+    dp: Mapped[int | None] = mapped_column(Integer)
+    tp: Mapped[int] = mapped_column(Integer, nullable=False)
+    pp: Mapped[int] = mapped_column(Integer, nullable=False)
+    cp: Mapped[int] = mapped_column(Integer, nullable=False)
+    ep: Mapped[int] = mapped_column(Integer, nullable=False)
+    zero_stage: Mapped[int | None] = mapped_column(Integer)
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    grad_accum_steps: Mapped[int | None] = mapped_column(Integer)
+    recompute: Mapped[str | None] = mapped_column(String(16))
+    n_runs: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+    tps_n: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    tps_min: Mapped[float | None] = mapped_column(Double)
+    tps_max: Mapped[float | None] = mapped_column(Double)
+    tps_best_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    tps_best_value: Mapped[float | None] = mapped_column(Double)
+    tps_best_mfu: Mapped[float | None] = mapped_column(Double)
+    tps_best_tps: Mapped[float | None] = mapped_column(Double)
+    tps_best_peak_memory_gib: Mapped[float | None] = mapped_column(Double)
+    tps_best_global_batch_tokens: Mapped[int | None] = mapped_column(BigInteger)
+
+    mfu_n: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    mfu_min: Mapped[float | None] = mapped_column(Double)
+    mfu_max: Mapped[float | None] = mapped_column(Double)
+    mfu_best_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    mfu_best_value: Mapped[float | None] = mapped_column(Double)
+    mfu_best_mfu: Mapped[float | None] = mapped_column(Double)
+    mfu_best_tps: Mapped[float | None] = mapped_column(Double)
+    mfu_best_peak_memory_gib: Mapped[float | None] = mapped_column(Double)
+    mfu_best_global_batch_tokens: Mapped[int | None] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_run_configs_window", "model_size_class", "nodes"),)
+
+
 class ApiToken(Base):
     """An API token, stored as a SHA-256 hash; the plain token is shown once at creation."""
 

@@ -23,6 +23,7 @@ import uvicorn
 
 from service.api import create_app
 from service.db import Database
+from service.tables import Base
 from service.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -111,7 +112,8 @@ def db_url(backend, tmp_path, request) -> str:
     url = request.getfixturevalue("pg_session_url")
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE runs, api_tokens"))
+        # every table of the models (runs, api_tokens, run_configs, ...)
+        conn.execute(sa.text("TRUNCATE " + ", ".join(t.name for t in Base.metadata.sorted_tables)))
     engine.dispose()
     return url
 

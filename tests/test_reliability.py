@@ -30,6 +30,7 @@ import pytest
 import schemathesis
 import sqlalchemy as sa
 from conftest import REPO, free_port, shared_data_dir
+from test_run_configs import reference, summary
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -365,6 +366,11 @@ def test_concurrent_writers_and_readers(db_url, tmp_path):
     count, stored = _stored_keys(db_url)
     assert stored == acked  # every acknowledged run, nothing else
     assert count == len(acked)  # ... each stored once
+    db = Database(db_url)
+    try:  # and the per-configuration summary merged every concurrent write exactly
+        assert summary(db) == reference(db) and sum(g["n_runs"] for g in summary(db).values()) > 0
+    finally:
+        db.dispose()
 
 
 #: Posts batches of 10 and singles until killed; prints each acknowledged key as it is acked.

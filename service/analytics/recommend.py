@@ -25,18 +25,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-import sqlalchemy.dialects.postgresql
 from sqlalchemy.orm import Session
 
-from service import hardware
+from service import hardware, run_configs
 from service.analytics.heatmap import metric_expr
 from service.derive import model_size_class
 from service.errors import BadRequest
-from service.tables import Run
+from service.tables import Run, RunConfig
 
 CONFIG_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
-GROUP_FIELDS = ("model_size_class", "nodes", "gpus_per_node", "gpu_type", "seq_len", "dp", "tp", "pp", "cp", "ep",
-                "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
+GROUP_FIELDS = run_configs.GROUP_FIELDS
 _RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*$")
@@ -116,7 +114,7 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
     target_gpu = hardware.canonical_gpu_type(target.gpu_type) or target.gpu_type
     size_class = model_size_class(target.model_params)
     value = metric_expr(metric)
-    groups = _groups(session, value, size_class, target)
+    groups = _groups(session, metric, size_class, target)
     ooms = _recorded_ooms(session, size_class)
 
     candidates: list[dict[str, Any]] = []
@@ -159,90 +157,45 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
     return out
 
 
-def _groups(session: Session, value, size_class: float | None, target: Target) -> list[dict[str, Any]]:
+def _groups(session: Session, metric: str, size_class: float | None, target: Target) -> list[dict[str, Any]]:
     """Successful runs grouped by configuration: per group its GROUP_FIELDS, `n_runs`,
     `n_values`/`vmin`/`vmax` of the metric and its best run (`best`: id, value, mfu_eff,
     peak_memory_gib, global_batch_tokens, tps) — the run with the highest metric (runs without it
     last), then the lowest id. Groups come ordered by their best run's id.
 
-    Limited to size classes and node counts within a factor of 16 of the target so the scan stays
-    small on large stores; widened to everything when that window is empty. The grouping is one
-    aggregate in the database (no per-run rows reach Python): DuckDB picks the best run with
-    arg_min over the ranking key; PostgreSQL with max() over a float8 array that starts with the
-    ranking key (every field is exact in a double: ids and batch sizes are far below 2^53), read
-    from the covering partial index ix_runs_config (migration 0003), which is ordered by the
-    GROUP BY key so the entries are grouped as they come.
+    Read from run_configs, the per-configuration summary maintained at ingest
+    (service/run_configs.py): a few thousand rows instead of every successful run. Limited to size
+    classes and node counts within a factor of 16 of the target; widened to everything when that
+    window is empty.
     """
-    base = [Run.status == "success", Run.model_size_class.is_not(None), Run.nodes.is_not(None), Run.tp.is_not(None)]
-    window = [Run.model_size_class.between(size_class / 16, size_class * 16),
-              Run.nodes.between(max(1, target.nodes // 16), target.nodes * 16)] if size_class else []
-    aggregate = _aggregate_duckdb if session.get_bind().dialect.name == "duckdb" else _aggregate_array
-    for conds in (base + window, base):
-        rows = aggregate(session, value, conds)
+    p = "tps" if metric == "tokens_per_sec_per_gpu" else "mfu"
+    c = RunConfig.__table__.c
+    cols = [*(c[f] for f in GROUP_FIELDS), c.n_runs, c[f"{p}_n"], c[f"{p}_min"], c[f"{p}_max"],
+            *(c[f"{p}_best_{f}"] for f in run_configs.BEST_FIELDS)]
+    window = [c.model_size_class.between(size_class / 16, size_class * 16),
+              c.nodes.between(max(1, target.nodes // 16), target.nodes * 16)] if size_class else []
+    for conds in (window, []):
+        rows = session.execute(sa.select(*cols).where(*conds).order_by(c[f"{p}_best_id"])).all()
         if rows:
             break
-    return sorted(rows, key=lambda g: g["best"]["id"])
+    groups = []
+    for r in rows:
+        g = {f: r[i] for i, f in enumerate(GROUP_FIELDS)}
+        n = len(GROUP_FIELDS)
+        best = dict(zip(run_configs.BEST_FIELDS, r[n + 4:]))
+        g.update(n_runs=r[n], n_values=r[n + 1], vmin=r[n + 2], vmax=r[n + 3],
+                 best={"id": best["id"], "value": best["value"], "mfu_eff": best["mfu"], "tps": best["tps"],
+                       "peak_memory_gib": best["peak_memory_gib"],
+                       "global_batch_tokens": best["global_batch_tokens"]})
+        groups.append(g)
+    return groups
 
 
 _TOP_IDS = 20
-_BEST_FIELDS = ("id", "value", "mfu_eff", "peak_memory_gib", "global_batch_tokens", "tps")
 
 
 def _group_cols() -> list[sa.ColumnElement]:
     return [getattr(Run, f) for f in GROUP_FIELDS]
-
-
-def _counts(value) -> list[sa.ColumnElement]:
-    return [sa.func.count().label("n_runs"), sa.func.count(value).label("n_values"),
-            sa.func.min(value).label("vmin"), sa.func.max(value).label("vmax")]
-
-
-def _aggregate_duckdb(session: Session, value, conds: list) -> list[dict[str, Any]]:
-    """One columnar scan; the best run's fields as one row() picked by arg_min over the ranking
-    key (metric missing?, -metric, id)."""
-    key = sa.tuple_(value.is_(None), -sa.func.coalesce(value, 0.0), Run.id)
-    best = sa.func.row(Run.id, value, sa.func.coalesce(Run.mfu_derived, Run.mfu), Run.peak_memory_gib,
-                       Run.global_batch_tokens, Run.tokens_per_sec_per_gpu)
-    query = (sa.select(*_group_cols(), *_counts(value), sa.func.arg_min(best, key).label("best"))
-             .where(*conds).group_by(*_group_cols()))
-    groups = []
-    for r in session.execute(_inline_for_duckdb(session, query)).mappings().all():
-        g = dict(r)
-        g["best"] = dict(zip(_BEST_FIELDS, g["best"]))
-        groups.append(g)
-    return groups
-
-
-#: for the aggregate's transaction only: a plan for the actual window (psycopg prepares a
-#: statement after 5 runs, and PostgreSQL's generic plan for `BETWEEN $1 AND $2` can be 5x
-#: slower), no JIT compilation (wide windows pass jit_above_cost, and compiling takes ~150 ms,
-#: longer than the query), and memory for a hash aggregate should the planner not group the
-#: presorted index
-_PG_AGGREGATE_SETTINGS = ("plan_cache_mode = force_custom_plan", "jit = off", "work_mem = '64MB'")
-
-
-def _aggregate_array(session: Session, value, conds: list) -> list[dict[str, Any]]:
-    """PostgreSQL: max(ARRAY[has metric, metric, -id, batch, mfu, memory, tps]) per group is the
-    best run (arrays compare element by element). Typed NullType so psycopg's list of floats is
-    taken as is (SQLAlchemy's ARRAY result processing costs ~40 µs per row)."""
-    f8 = sa.dialects.postgresql.DOUBLE_PRECISION
-    key = sa.dialects.postgresql.array([
-        sa.cast(sa.case((value.is_(None), 0), else_=1), f8), sa.func.coalesce(value, 0.0),
-        sa.cast(-Run.id, f8), sa.cast(Run.global_batch_tokens, f8), sa.func.coalesce(Run.mfu_derived, Run.mfu),
-        Run.peak_memory_gib, Run.tokens_per_sec_per_gpu])
-    for setting in _PG_AGGREGATE_SETTINGS:
-        session.execute(sa.text(f"SET LOCAL {setting}"))
-    query = (sa.select(*_group_cols(), *_counts(value), sa.func.max(key, type_=sa.types.NullType()).label("best"))
-             .where(*conds).group_by(*_group_cols()))
-    groups = []
-    for r in session.execute(query).mappings():
-        g = dict(r)
-        has, val, neg_id, gbt, mfu_eff, peak, tps = g["best"]
-        g["best"] = {"id": int(-neg_id), "value": val if has else None, "mfu_eff": mfu_eff,
-                     "peak_memory_gib": peak, "global_batch_tokens": int(gbt) if gbt is not None else None,
-                     "tps": tps}
-        groups.append(g)
-    return groups
 
 
 def _inline_for_duckdb(session: Session, query: sa.Select) -> sa.Executable:

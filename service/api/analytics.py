@@ -6,12 +6,13 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel
 
 from service import __version__
 from service.analytics import heatmap as hm
 from service.analytics import recommend as rec
+from service.api.responses import model_response
 from service.api.security import READ
 from service.api.deps import DatabaseDep, SessionDep
 from service.schemas import ErrorBody, Health, RunOut
@@ -62,7 +63,7 @@ def heatmap(
     precision: Annotated[str | None, Query(max_length=32)] = None,
     started_after: datetime | None = None,
     started_before: datetime | None = None,
-) -> Heatmap:
+) -> Response:
     """Best run per (model size class, nodes) cell (Ultra-Scale Playbook heatmap).
 
     `model_size_class` is in billions of parameters (2 significant figures). A cell's `best` is the
@@ -72,9 +73,8 @@ def heatmap(
     """
     filters = _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, started_after, started_before)
     cells = hm.heatmap(session, filters, metric)
-    return Heatmap(metric=metric, cells=[
-        HeatmapCell(**{**c, "best": RunOut.model_validate(c["best"]) if c["best"] else None,
-                       "config_label": hm.config_label(c["best"]) if c["best"] else None}) for c in cells])
+    return model_response(Heatmap, {"metric": metric, "cells": [
+        {**c, "config_label": hm.config_label(c["best"]) if c["best"] else None} for c in cells]})
 
 
 @router.get("/heatmap/cell", response_model=CellRuns, dependencies=[READ])
@@ -91,11 +91,11 @@ def heatmap_cell(
     started_after: datetime | None = None,
     started_before: datetime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
-) -> CellRuns:
+) -> Response:
     """Every run of one heatmap cell: successes best first, then failures (same filters as /heatmap)."""
     filters = _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, started_after, started_before)
     runs = hm.cell_runs(session, filters, model_size_class, nodes, metric, limit)
-    return CellRuns(model_size_class=model_size_class, nodes=nodes, runs=[RunOut.model_validate(r) for r in runs])
+    return model_response(CellRuns, {"model_size_class": model_size_class, "nodes": nodes, "runs": runs})
 
 
 class Candidate(BaseModel):
@@ -139,7 +139,7 @@ def recommend(
     vocab_size: Annotated[int | None, Query(ge=1)] = None,
     k: Annotated[int, Query(ge=1, le=50)] = 5,
     metric: Metric = "tokens_per_sec_per_gpu",
-) -> Recommendation:
+) -> Response:
     """"What worked on `nodes` nodes for a `model_params` model?" (DESIGN §4).
 
     Candidates best first: recorded runs of the exact target (match="exact"), then neighbouring
@@ -153,9 +153,9 @@ def recommend(
                         num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
                         num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size)
     candidates = rec.recommend(session, target, k=k, metric=metric)
-    return Recommendation(target={**target.__dict__, "world_size": target.world_size,
-                                  "model_size_class": rec.model_size_class(target.model_params)},
-                          candidates=[Candidate(**c) for c in candidates])
+    return model_response(Recommendation, {"target": {**target.__dict__, "world_size": target.world_size,
+                                                      "model_size_class": rec.model_size_class(target.model_params)},
+                                           "candidates": candidates})
 
 
 @router.get("/health", response_model=Health, tags=["health"])

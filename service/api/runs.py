@@ -6,14 +6,14 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Query, Request, Response
 
 from service import store
+from service.api.responses import model_response
 from service.api.security import READ, WRITE
 from service.api.deps import DatabaseDep, SessionDep, SettingsDep
 from service.errors import BadRequest, PayloadTooLarge
-from service.schemas import ErrorBody, RunOut, RunsPage
+from service.schemas import ErrorBody, RunOut, RunsPage, StoredRuns
 
 router = APIRouter(tags=["runs"])
 
@@ -34,10 +34,6 @@ _STORED = {"application/json": {"schema": {"oneOf": [{"$ref": "#/components/sche
                                                      {"$ref": "#/components/schemas/StoredRuns"}]}}}
 
 
-def _dump(run) -> dict[str, Any]:
-    return RunOut.model_validate(run).model_dump(mode="json")
-
-
 @router.post(
     "/runs",
     dependencies=[WRITE],
@@ -50,7 +46,7 @@ def _dump(run) -> dict[str, Any]:
                409: {"model": ErrorBody, "description": "run_key stored with different content"},
                413: {"model": ErrorBody}, 422: {"model": ErrorBody}},
 )
-async def post_runs(request: Request, db: DatabaseDep, settings: SettingsDep) -> JSONResponse:
+async def post_runs(request: Request, db: DatabaseDep, settings: SettingsDep) -> Response:
     """Store one run record, or `{"runs": [...]}` (at most SCALEBOOK_MAX_BATCH_RUNS, default 1,000).
 
     All-or-nothing per request. Validation errors (422) list every problem with the run's
@@ -82,16 +78,15 @@ async def post_runs(request: Request, db: DatabaseDep, settings: SettingsDep) ->
 
     from starlette.concurrency import run_in_threadpool
 
-    def _store():
+    def _store() -> Response:
         with db.session(write=True) as session:
             stored, created, existing = store.store_runs(session, records, bulk=len(records) > 20)
-            return [_dump(r) for r in stored], created, existing
+        status = 201 if created else 200
+        if batch:
+            return model_response(StoredRuns, {"runs": stored, "created": created, "existing": existing}, status)
+        return model_response(RunOut, stored[0], status)
 
-    dumped, created, existing = await run_in_threadpool(_store)
-    if batch:
-        return JSONResponse(status_code=201 if created else 200,
-                            content={"runs": dumped, "created": created, "existing": existing})
-    return JSONResponse(status_code=201 if created else 200, content=dumped[0])
+    return await run_in_threadpool(_store)
 
 
 @router.get("/runs", response_model=RunsPage, dependencies=[READ])
@@ -127,7 +122,7 @@ def list_runs(
     run_key: str | None = None,
     started_after: datetime | None = None,
     started_before: datetime | None = None,
-) -> RunsPage:
+) -> Response:
     """Runs matching every given filter (equality), `limit` per page (≤ 1,000), keyset cursor.
 
     Body: `{"runs": [...], "next_cursor": str | null, "total": N}` where `total` counts all matches.
@@ -142,10 +137,10 @@ def list_runs(
         filters["precision"] = hardware.canonical_precision(precision)
     runs, next_cursor, total = store.list_runs(session, filters, sort=sort, limit=limit, cursor=cursor,
                                                started_after=started_after, started_before=started_before)
-    return RunsPage(runs=[RunOut.model_validate(r) for r in runs], next_cursor=next_cursor, total=total)
+    return model_response(RunsPage, {"runs": runs, "next_cursor": next_cursor, "total": total})
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, responses={404: {"model": ErrorBody}}, dependencies=[READ])
-def get_run(run_id: int, session: SessionDep) -> RunOut:
+def get_run(run_id: int, session: SessionDep) -> Response:
     """One stored run by id; 404 with the error body when absent."""
-    return RunOut.model_validate(store.get_run(session, run_id))
+    return model_response(RunOut, store.get_run(session, run_id))

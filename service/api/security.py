@@ -13,6 +13,7 @@ import time
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
+from starlette.concurrency import run_in_threadpool
 
 from service import auth
 from service.errors import Forbidden, Unauthorized
@@ -32,11 +33,17 @@ class TokenState:
         with self._lock:
             self._checked = 0.0
 
-    def enabled(self, db) -> bool:
-        now = time.monotonic()
+    def cached(self) -> bool | None:
+        """The cached answer, or None when it is older than the TTL."""
         with self._lock:
-            if now - self._checked < _CACHE_TTL_S:
-                return self._enabled
+            return self._enabled if time.monotonic() - self._checked < _CACHE_TTL_S else None
+
+    def enabled(self, db) -> bool:
+        """Whether any active token exists (one COUNT at most per TTL; blocking)."""
+        cached = self.cached()
+        if cached is not None:
+            return cached
+        now = time.monotonic()
         with db.session() as session:
             enabled = auth.active_token_count(session) > 0
         with self._lock:
@@ -51,19 +58,29 @@ def token_state(request: Request) -> TokenState:
     return state
 
 
+def _lookup(db, plain: str):
+    with db.session() as session:
+        return auth.lookup_token(session, plain)
+
+
 def require(scope: str):
     """Dependency factory: the request must carry a token of at least `scope` (when tokens exist)."""
 
-    def check(request: Request, authorization: Annotated[str | None, Header(include_in_schema=False)] = None) -> None:
+    async def check(request: Request,
+                    authorization: Annotated[str | None, Header(include_in_schema=False)] = None) -> None:
+        # async, with the database calls in the thread pool: an open server (the cached answer
+        # says no tokens) costs no thread hop per request
         db = request.app.state.db
-        if not token_state(request).enabled(db):
+        state = token_state(request)
+        enabled = state.cached()
+        if enabled is None:
+            enabled = await run_in_threadpool(state.enabled, db)
+        if not enabled:
             return
         if not authorization or not authorization.lower().startswith("bearer "):
             raise Unauthorized("this server requires an API token: send 'Authorization: Bearer <token>' "
                                "(SCALEBOOK_TOKEN for the CLI, client and dashboard)")
-        plain = authorization.split(None, 1)[1].strip()
-        with db.session() as session:
-            token = auth.lookup_token(session, plain)
+        token = await run_in_threadpool(_lookup, db, authorization.split(None, 1)[1].strip())
         if token is None:
             raise Unauthorized("unknown or revoked API token")
         if not auth.scope_allows(token.scope, scope):

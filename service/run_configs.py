@@ -1,0 +1,170 @@
+"""The per-configuration summary of successful runs (`run_configs`), kept in step with `runs`.
+
+"What worked on 8 nodes for 8B?" ranks recorded configurations, not runs (DESIGN §4). At 10^6
+runs, grouping the ~5·10^5 successful runs of the target's size/node window on every request
+took 150–350 ms; this table holds the groups themselves (a few thousand rows), updated in the
+same transaction that stores the runs — the materialised-aggregate technique of data warehouses
+(an insert-only fact table with additive aggregates plus an arg-max, which merge exactly).
+
+A group is the recommender's key: GROUP_FIELDS below. Successful runs only, with a model size
+class and a node count. Per ranking metric ("tps" = tokens_per_sec_per_gpu, "mfu" = mfu_derived
+falling back to the reported mfu) the row keeps the number of runs reporting it, its min and
+max, and the best run: the highest metric, then the lowest id; runs without the metric rank last
+(ties among those go to the lowest id). Counts add, min/max combine, the best is the better of
+the two: every merge is exact, whatever order batches commit in.
+
+- `partials(rows)`: the summary rows of a list of new `runs` rows (Python, no database).
+- `record(session, rows)`: merge them into the table (one INSERT … ON CONFLICT DO UPDATE).
+- `rebuild(connection)`: recompute the whole table from `runs` (migration 0004, and
+  `scalebook db rebuild-configs` after rows were changed outside scalebook).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+GROUP_FIELDS = ("model_size_class", "nodes", "gpus_per_node", "gpu_type", "seq_len", "dp", "tp", "pp", "cp", "ep",
+                "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
+METRICS = {"tps": "tokens_per_sec_per_gpu", "mfu": "mfu"}
+BEST_FIELDS = ("id", "value", "mfu", "tps", "peak_memory_gib", "global_batch_tokens")
+COLUMNS = ("config_key", *GROUP_FIELDS, "n_runs",
+           *(f"{p}_{f}" for p in METRICS for f in ("n", "min", "max", *(f"best_{b}" for b in BEST_FIELDS))))
+_INT_COLUMNS = {"nodes", "gpus_per_node", "seq_len", "dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size",
+                "grad_accum_steps", "n_runs", *(f"{p}_{f}" for p in METRICS for f in ("n", "best_id",
+                                                                                      "best_global_batch_tokens"))}
+_STR_COLUMNS = {"config_key", "gpu_type", "recompute"}
+ARROW_SCHEMA = pa.schema([(c, pa.string() if c in _STR_COLUMNS else pa.int64() if c in _INT_COLUMNS else pa.float64())
+                          for c in COLUMNS])
+
+
+def config_key(row: dict[str, Any]) -> str:
+    """The group's key as text: its GROUP_FIELDS values as a JSON list (None → null)."""
+    return json.dumps([row.get(f) for f in GROUP_FIELDS], separators=(",", ":"))
+
+
+def _rank(value: float | None, run_id: int) -> tuple:
+    """Sort key of a best-run candidate: smaller is better (metric present, higher, lower id)."""
+    return (value is None, -(value or 0.0), run_id)
+
+
+def partials(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{config_key: summary row} of the successful runs among `rows` (`runs` row dicts with ids).
+
+    Rows that failed, or lack model_size_class or nodes, are not part of any group.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if r.get("status") != "success" or r.get("model_size_class") is None or r.get("nodes") is None:
+            continue
+        mfu = r.get("mfu_derived") if r.get("mfu_derived") is not None else r.get("mfu")
+        tps = r.get("tokens_per_sec_per_gpu")
+        one = {"config_key": config_key(r), **{f: r.get(f) for f in GROUP_FIELDS}, "n_runs": 1}
+        for p, value in (("tps", tps), ("mfu", mfu)):
+            one.update({f"{p}_n": int(value is not None), f"{p}_min": value, f"{p}_max": value,
+                        f"{p}_best_id": r["id"], f"{p}_best_value": value, f"{p}_best_mfu": mfu,
+                        f"{p}_best_tps": tps, f"{p}_best_peak_memory_gib": r.get("peak_memory_gib"),
+                        f"{p}_best_global_batch_tokens": r.get("global_batch_tokens")})
+        seen = out.get(one["config_key"])
+        out[one["config_key"]] = one if seen is None else merge(seen, one)
+    return out
+
+
+def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two summary rows of the same group combined (the Python twin of the SQL in `record`)."""
+    out = dict(a)
+    out["n_runs"] = a["n_runs"] + b["n_runs"]
+    for p in METRICS:
+        out[f"{p}_n"] = a[f"{p}_n"] + b[f"{p}_n"]
+        lows = [v for v in (a[f"{p}_min"], b[f"{p}_min"]) if v is not None]
+        highs = [v for v in (a[f"{p}_max"], b[f"{p}_max"]) if v is not None]
+        out[f"{p}_min"] = min(lows) if lows else None
+        out[f"{p}_max"] = max(highs) if highs else None
+        if _rank(b[f"{p}_best_value"], b[f"{p}_best_id"]) < _rank(a[f"{p}_best_value"], a[f"{p}_best_id"]):
+            out.update({f"{p}_best_{f}": b[f"{p}_best_{f}"] for f in BEST_FIELDS})
+    return out
+
+
+def _better(p: str) -> str:
+    """SQL: the incoming (EXCLUDED) best run of metric prefix `p` beats the stored one."""
+    new, old = f"EXCLUDED.{p}_best_value", f"run_configs.{p}_best_value"
+    new_id, old_id = f"EXCLUDED.{p}_best_id", f"run_configs.{p}_best_id"
+    return (f"(({new} IS NOT NULL AND ({old} IS NULL OR {new} > {old} OR ({new} = {old} AND {new_id} < {old_id})))"
+            f" OR ({new} IS NULL AND {old} IS NULL AND {new_id} < {old_id}))")
+
+
+def _on_conflict() -> str:
+    sets = ["n_runs = run_configs.n_runs + EXCLUDED.n_runs"]
+    for p in METRICS:
+        sets += [f"{p}_n = run_configs.{p}_n + EXCLUDED.{p}_n",
+                 # LEAST/GREATEST skip NULLs on both PostgreSQL and DuckDB
+                 f"{p}_min = LEAST(run_configs.{p}_min, EXCLUDED.{p}_min)",
+                 f"{p}_max = GREATEST(run_configs.{p}_max, EXCLUDED.{p}_max)"]
+        sets += [f"{p}_best_{f} = CASE WHEN {_better(p)} THEN EXCLUDED.{p}_best_{f} ELSE run_configs.{p}_best_{f} END"
+                 for f in BEST_FIELDS]
+    return f"ON CONFLICT (config_key) DO UPDATE SET {', '.join(sets)}"
+
+
+_UPSERT_TAIL = _on_conflict()
+_COLS = ", ".join(COLUMNS)
+
+
+def record(session: Session, rows: list[dict[str, Any]]) -> int:
+    """Merge the successful runs among `rows` (just inserted, ids set) into run_configs, inside
+    the caller's transaction. Returns the number of groups touched.
+
+    One `INSERT … ON CONFLICT (config_key) DO UPDATE` with the merge in SQL: PostgreSQL takes the
+    rows as VALUES, sorted by key so concurrent writers lock groups in the same order (no
+    deadlock); DuckDB (writes serialised by Database) takes them from an Arrow table.
+    """
+    groups = partials(rows)
+    _write(session.connection(), [groups[k] for k in sorted(groups)], _UPSERT_TAIL)
+    return len(groups)
+
+
+def _write(conn: sa.Connection, ordered: list[dict[str, Any]], tail: str) -> None:
+    """INSERT summary rows (+ `tail`, the ON CONFLICT clause or nothing), set-based."""
+    if not ordered:
+        return
+    raw = conn.connection.driver_connection
+    if conn.dialect.name == "duckdb":
+        view = "_run_configs_in"
+        raw.register(view, pa.Table.from_pylist(ordered, schema=ARROW_SCHEMA))
+        try:
+            raw.execute(f"INSERT INTO run_configs ({_COLS}) SELECT {_COLS} FROM {view} {tail}")
+        finally:
+            raw.unregister(view)
+        return
+    with raw.cursor() as cur:
+        for start in range(0, len(ordered), _PG_ROWS_PER_STATEMENT):
+            part = ordered[start:start + _PG_ROWS_PER_STATEMENT]
+            values = ", ".join("(" + ", ".join(f"%({c}_{i})s" for c in COLUMNS) + ")" for i in range(len(part)))
+            params = {f"{c}_{i}": g[c] for i, g in enumerate(part) for c in COLUMNS}
+            cur.execute(f"INSERT INTO run_configs ({_COLS}) VALUES {values} {tail}", params)
+
+
+#: rows per PostgreSQL statement: 32 parameters each, below the protocol's 65,535
+_PG_ROWS_PER_STATEMENT = 1000
+
+
+def rebuild(connection: sa.Connection, chunk: int = 50_000) -> int:
+    """Recompute run_configs from every successful run (deletes what is there first). Streams
+    the runs in id order, `chunk` at a time, through `partials`/`merge`. Returns the number of
+    groups written. Runs inside the connection's transaction; the caller commits."""
+    cols = ["id", "status", "tokens_per_sec_per_gpu", "mfu", "mfu_derived", "peak_memory_gib",
+            "global_batch_tokens", *GROUP_FIELDS]
+    query = sa.text(f"SELECT {', '.join(dict.fromkeys(cols))} FROM runs WHERE status = 'success' "
+                    "AND model_size_class IS NOT NULL AND nodes IS NOT NULL ORDER BY id")
+    groups: dict[str, dict[str, Any]] = {}
+    result = connection.execute(query.execution_options(stream_results=True, max_row_buffer=chunk))
+    for batch in result.mappings().partitions(chunk):
+        for key, part in partials(batch).items():
+            groups[key] = part if key not in groups else merge(groups[key], part)
+    connection.execute(sa.text("DELETE FROM run_configs"))
+    _write(connection, [groups[k] for k in sorted(groups)], "")
+    return len(groups)
