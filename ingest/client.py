@@ -341,8 +341,9 @@ class Client:
         bad-record 4xx, or ("down", status|None, reason) when the deadline passed or the client is
         misconfigured (401/403/404/405)."""
         data = _dumps({"runs": batch}).encode()
+        # return=minimal: the answer is {ids, created, existing}, not every stored run echoed back
         headers = {"Content-Type": "application/json", "Accept": "application/json",
-                   "User-Agent": "scalebook-client/0.1"}
+                   "Prefer": "return=minimal", "User-Agent": "scalebook-client/0.1"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         attempt = 0

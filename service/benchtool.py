@@ -13,6 +13,8 @@ Driver (`run_bench`). A fresh database (a DuckDB file in a temp dir, or a new Po
 database), a `scalebook serve` subprocess on a free loopback port, then, all timed client-side:
 - batched ingest: N − S runs in POSTs of 1,000 (two connections), runs/s over the wall time;
 - single POSTs: S = min(500, N/2) one-run POSTs, latency p50/p99 in ms;
+  both sent as the push client sends them (`Prefer: return=minimal`: the answer carries the ids,
+  not the runs echoed back);
 - heatmap and recommend ("what worked on 8 nodes for 8B?"): median of 20 calls, ms.
 The result is one JSON-able dict with those figures (see `run_bench`).
 """
@@ -26,7 +28,6 @@ import math
 import os
 import platform
 import random
-import re
 import shutil
 import signal
 import socket
@@ -299,20 +300,19 @@ def _median_ms(client: httpx.Client, path: str, params: dict[str, Any], calls: i
     return statistics.median(times), body
 
 
-_CREATED = re.compile(rb'"created"\s*:\s*(\d+)')
+#: what the push client (ingest/client.py) sends: the answer is {ids, created, existing}
+_POST_HEADERS = {"content-type": "application/json", "prefer": "return=minimal"}
 
 
 def _created(body: bytes) -> int:
-    """`created` of a batch answer, read from its tail: the answer is ~1 MB of runs and parsing
-    it all would take CPU from the server on a small machine. Falls back to a full parse."""
-    found = _CREATED.findall(body[-200:])
-    return int(found[-1]) if found else json.loads(body)["created"]
+    """`created` of a batch answer."""
+    return int(json.loads(body)["created"])
 
 
 def ingest_batches(base: str, payloads: list[bytes], concurrency: int = 2) -> tuple[int, float]:
     """POST pre-encoded batch bodies; returns (runs created, wall seconds). Raises BenchError on
     any non-2xx answer."""
-    headers = {"content-type": "application/json"}
+    headers = _POST_HEADERS
 
     def worker(chunk: list[bytes]) -> int:
         created = 0
@@ -368,7 +368,7 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
                 lat = []
                 for body in singles:
                     t1 = time.perf_counter()
-                    resp = client.post("/api/v1/runs", content=body, headers={"content-type": "application/json"})
+                    resp = client.post("/api/v1/runs", content=body, headers=_POST_HEADERS)
                     lat.append((time.perf_counter() - t1) * 1000)
                     if resp.status_code != 201:
                         raise BenchError(f"single POST -> HTTP {resp.status_code}: {resp.text[:500]}")

@@ -143,6 +143,15 @@ class StoredRuns(BaseModel):
     existing: int
 
 
+class StoredRunIds(BaseModel):
+    """Answer to a POST sent with `Prefer: return=minimal` (RFC 7240): the ids of the stored
+    runs in request order (new and already stored alike), and how many were new."""
+
+    ids: list[int]
+    created: int
+    existing: int
+
+
 class RunsPage(BaseModel):
     """One page of runs; pass `next_cursor` as `cursor` for the next page (null at the end)."""
 

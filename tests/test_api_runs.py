@@ -50,6 +50,27 @@ def test_idempotency_same_content_200_different_409(client):
     assert client.get("/api/v1/runs").json()["total"] == 1
 
 
+def test_prefer_return_minimal_answers_ids_in_request_order(client):
+    minimal = {"Prefer": "return=minimal"}
+    first = client.post("/api/v1/runs", json=run(run_key="m0"), headers=minimal)
+    assert first.status_code == 201 and first.headers["preference-applied"] == "return=minimal"
+    (m0,) = first.json()["ids"]
+    assert first.json() == {"ids": [m0], "created": 1, "existing": 0}
+    batch = {"runs": [run(run_key="m1", nodes=4), run(run_key="m0"), run(run_key="m2", nodes=8)]}
+    answer = client.post("/api/v1/runs", json=batch, headers={"Prefer": 'handling=strict, return="minimal"'})
+    assert answer.status_code == 201 and set(answer.json()) == {"ids", "created", "existing"}
+    ids = answer.json()["ids"]
+    assert (answer.json()["created"], answer.json()["existing"], ids[1]) == (2, 1, m0)
+    assert [client.get(f"/api/v1/runs/{i}").json()["run_key"] for i in ids] == ["m1", "m0", "m2"]
+    assert client.get(f"/api/v1/runs/{ids[2]}").json()["world_size"] == 64  # derived as without the header
+    full = client.post("/api/v1/runs", json=batch, headers={"Prefer": "return=representation"})
+    assert full.status_code == 200 and [r["id"] for r in full.json()["runs"]] == ids
+    assert "preference-applied" not in full.headers
+    conflict = client.post("/api/v1/runs", json=run(run_key="m0", nodes=16), headers=minimal)
+    assert conflict.status_code == 409  # errors keep the one error shape
+    assert_error_shape(conflict.json(), "conflict")
+
+
 def test_server_assigns_run_key(client):
     a = client.post("/api/v1/runs", json=run()).json()
     b = client.post("/api/v1/runs", json=run()).json()

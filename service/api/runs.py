@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 
 from service import store
 from service.api.responses import model_response
 from service.api.security import READ, WRITE
 from service.api.deps import DatabaseDep, SessionDep, SettingsDep
 from service.errors import BadRequest, PayloadTooLarge
-from service.schemas import ErrorBody, RunOut, RunsPage, StoredRuns
+from service.schemas import ErrorBody, RunOut, RunsPage, StoredRunIds, StoredRuns
 
 router = APIRouter(tags=["runs"])
 
@@ -31,7 +32,14 @@ _POST_BODY = {
 
 
 _STORED = {"application/json": {"schema": {"oneOf": [{"$ref": "#/components/schemas/RunOut"},
-                                                     {"$ref": "#/components/schemas/StoredRuns"}]}}}
+                                                     {"$ref": "#/components/schemas/StoredRuns"},
+                                                     {"$ref": "#/components/schemas/StoredRunIds"}]}}}
+_MINIMAL = re.compile(r"(?:^|[,;\s])return\s*=\s*\"?minimal\"?(?:$|[,;\s])", re.IGNORECASE)
+
+
+def wants_minimal(prefer: str | None) -> bool:
+    """True when a `Prefer` header (RFC 7240 §4.2) asks for `return=minimal`."""
+    return bool(prefer and _MINIMAL.search(prefer))
 
 
 @router.post(
@@ -41,18 +49,28 @@ _STORED = {"application/json": {"schema": {"oneOf": [{"$ref": "#/components/sche
     status_code=201,
     response_model=None,
     responses={200: {"description": "already stored (same run_key, same content)", "content": _STORED},
-               201: {"description": "stored; body is the run, or {runs, created, existing} for a batch",
+               201: {"description": "stored; body is the run, or {runs, created, existing} for a batch, or "
+                                    "{ids, created, existing} with `Prefer: return=minimal`",
                      "content": _STORED},
                409: {"model": ErrorBody, "description": "run_key stored with different content"},
                413: {"model": ErrorBody}, 422: {"model": ErrorBody}},
 )
-async def post_runs(request: Request, db: DatabaseDep, settings: SettingsDep) -> Response:
+async def post_runs(
+    request: Request, db: DatabaseDep, settings: SettingsDep,
+    prefer: Annotated[str | None, Header(description="`return=minimal` (RFC 7240): answer with the stored "
+                                                     "runs' ids only, {ids, created, existing}")] = None,
+) -> Response:
     """Store one run record, or `{"runs": [...]}` (at most SCALEBOOK_MAX_BATCH_RUNS, default 1,000).
 
     All-or-nothing per request. Validation errors (422) list every problem with the run's
     `index`, the `field` and the `value`. Idempotent on `run_key`: same key and content → the stored
     run (200); same key, different content → 409. Derived fields (world_size, global_batch_tokens,
     model_size_class, mfu_derived, …) are computed server-side.
+
+    Body of the answer: the stored run (one record) or `{runs, created, existing}` (a batch), the
+    runs as GET returns them. With `Prefer: return=minimal` — what the push client sends: it
+    needs only the acknowledgement — `{ids, created, existing}` instead, ids in request order,
+    and the header `Preference-Applied: return=minimal`.
     """
     raw = await request.body()
     try:
@@ -78,10 +96,17 @@ async def post_runs(request: Request, db: DatabaseDep, settings: SettingsDep) ->
 
     from starlette.concurrency import run_in_threadpool
 
+    minimal = wants_minimal(prefer)
+
     def _store() -> Response:
         with db.session(write=True) as session:
             stored, created, existing = store.store_runs(session, records, bulk=len(records) > 20)
         status = 201 if created else 200
+        if minimal:
+            response = model_response(StoredRunIds, {"ids": [r.id for r in stored], "created": created,
+                                                      "existing": existing}, status)
+            response.headers["Preference-Applied"] = "return=minimal"
+            return response
         if batch:
             return model_response(StoredRuns, {"runs": stored, "created": created, "existing": existing}, status)
         return model_response(RunOut, stored[0], status)
