@@ -185,6 +185,18 @@ class RunConfig(Base):
     __table_args__ = (Index("ix_run_configs_window", "model_size_class", "nodes"),)
 
 
+class RunConfigsState(Base):
+    """How far run_configs has taken in the runs: every successful run with id ≤ `folded_through_id`
+    is in it. DuckDB folds new runs in every run_configs.FOLD_EVERY runs and readers add the rest
+    (service/run_configs.py); PostgreSQL merges at every ingest and only `rebuild` sets it there.
+    One row, id = 1."""
+
+    __tablename__ = "run_configs_state"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    folded_through_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+
 class ApiToken(Base):
     """An API token, stored as a SHA-256 hash; the plain token is shown once at creation."""
 

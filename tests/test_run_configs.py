@@ -43,10 +43,17 @@ def reference(db: Database) -> dict[tuple, dict]:
     return out
 
 
-def summary(db: Database) -> dict[tuple, dict]:
-    """run_configs as stored, in the shape of `reference`."""
-    with db.engine.connect() as conn:
-        rows = [dict(r) for r in conn.execute(sa.text("SELECT * FROM run_configs")).mappings()]
+def summary(db: Database, *, stored_only: bool = False) -> dict[tuple, dict]:
+    """The summary as /recommend reads it (run_configs.rows: on DuckDB with the runs not yet
+    folded in), or with `stored_only` the table alone, in the shape of `reference`."""
+    if stored_only:
+        with db.engine.connect() as conn:
+            rows = [dict(r) for r in conn.execute(sa.text("SELECT * FROM run_configs")).mappings()]
+    else:
+        with db.session() as s:
+            rows = run_configs.rows(s)
+    keys = [r["config_key"] for r in rows]
+    assert len(keys) == len(set(keys))
     fields = ["n_runs"] + [f"{p}_{f}" for p in ("tps", "mfu")
                            for f in ("n", "min", "max", "best_id", "best_peak_memory_gib")]
     return {tuple(r[f] for f in KEY): {f: r[f] for f in fields} for r in rows}
@@ -67,6 +74,30 @@ def test_summary_follows_every_ingest_path(database):
     ref = reference(database)
     assert len(ref) > 100  # the generator spreads runs over many configurations
     assert summary(database) == ref
+
+
+def test_duckdb_folds_in_bulk_and_readers_see_every_run(database, monkeypatch):
+    """DuckDB appends runs and folds them into the table once FOLD_EVERY have gathered; readers
+    add the runs past the watermark. PostgreSQL merges every request: its table is always whole."""
+    monkeypatch.setattr(run_configs, "FOLD_EVERY", 250)
+    runs = list(benchtool.generate_runs(700, seed=15, prefix="fold"))
+    for start in range(0, 600, 100):
+        with database.session(write=True) as s:
+            store.store_runs(s, runs[start:start + 100], bulk=True)
+    with database.session(write=True) as s:  # a successful run: it changes the summary
+        store.store_runs(s, [next(r for r in runs[600:] if r["status"] == "success")])
+    ref = reference(database)
+    assert summary(database) == ref
+    with database.engine.connect() as conn:
+        mark = conn.execute(sa.text("SELECT folded_through_id FROM run_configs_state")).scalar()
+        ids = sorted(r for (r,) in conn.execute(sa.text("SELECT id FROM runs")))
+    if database.is_duckdb:  # folded after 300 runs (≥ 250 past 0) and after 600; the last one waits
+        assert mark == ids[599] and summary(database, stored_only=True) != ref
+        with database.session(write=True) as s:
+            assert run_configs.fold(s) > 0
+        with database.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT folded_through_id FROM run_configs_state")).scalar() == ids[-1]
+    assert summary(database, stored_only=True) == ref
 
 
 def test_summary_after_a_refused_request_is_unchanged(database):
@@ -93,10 +124,15 @@ def test_ties_and_missing_metrics_pick_the_lowest_id(database):
             store.store_runs(s, [r])
     with database.engine.connect() as conn:
         ids = dict(conn.execute(sa.text("SELECT run_key, id FROM runs")).all())
-        rows = {r.nodes: r for r in conn.execute(sa.text("SELECT * FROM run_configs"))}
-    assert rows[2].tps_best_id == ids["tie-0"] and rows[2].tps_n == 3 and rows[2].n_runs == 3
-    assert rows[4].tps_best_id == ids["bare-0"] and rows[4].tps_n == 0 and rows[4].tps_max is None
-    assert summary(database) == reference(database)
+    for fold in (False, True):  # DuckDB: aggregated on the fly (not folded yet), then from the table
+        if fold:
+            with database.session(write=True) as s:
+                run_configs.fold(s)
+        with database.session() as s:
+            rows = {r["nodes"]: r for r in run_configs.rows(s)}
+        assert rows[2]["tps_best_id"] == ids["tie-0"] and rows[2]["tps_n"] == 3 and rows[2]["n_runs"] == 3
+        assert rows[4]["tps_best_id"] == ids["bare-0"] and rows[4]["tps_n"] == 0 and rows[4]["tps_max"] is None
+        assert summary(database) == reference(database)
 
 
 def test_concurrent_writers_keep_the_summary_exact(database):
@@ -122,10 +158,11 @@ def test_rebuild_recomputes_the_same_table(database):
     maintained = summary(database)
     with database.engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM run_configs"))
-    assert summary(database) == {}
+    assert summary(database, stored_only=True) == {}
     with database.engine.begin() as conn:
         n = run_configs.rebuild(conn, chunk=97)  # odd chunk size: groups split across chunks
-    assert n == len(maintained) and summary(database) == maintained == reference(database)
+    assert n == len(maintained) and summary(database, stored_only=True) == maintained == reference(database)
+    assert summary(database) == maintained  # the watermark moved: nothing is counted twice
 
 
 def test_cli_rebuild_configs_after_an_outside_delete(database, monkeypatch):
@@ -139,6 +176,8 @@ def test_cli_rebuild_configs_after_an_outside_delete(database, monkeypatch):
     runs = list(benchtool.generate_runs(300, seed=15, prefix="cfgcli"))
     with database.session(write=True) as s:
         store.store_runs(s, runs, bulk=True)
+    with database.session(write=True) as s:  # DuckDB: into the table now, not at the next fold
+        run_configs.fold(s)
     with database.engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM runs WHERE id % 3 = 0"))
     assert summary(database) != reference(database)

@@ -31,7 +31,7 @@ from service import hardware, run_configs
 from service.analytics.heatmap import metric_expr
 from service.derive import model_size_class
 from service.errors import BadRequest
-from service.tables import Run, RunConfig
+from service.tables import Run
 
 CONFIG_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
 GROUP_FIELDS = run_configs.GROUP_FIELDS
@@ -163,27 +163,24 @@ def _groups(session: Session, metric: str, size_class: float | None, target: Tar
     peak_memory_gib, global_batch_tokens, tps) — the run with the highest metric (runs without it
     last), then the lowest id. Groups come ordered by their best run's id.
 
-    Read from run_configs, the per-configuration summary maintained at ingest
-    (service/run_configs.py): a few thousand rows instead of every successful run. Limited to size
-    classes and node counts within a factor of 16 of the target; widened to everything when that
-    window is empty.
+    Read from run_configs, the per-configuration summary (service/run_configs.rows: the stored
+    groups plus, on DuckDB, the runs not yet folded in): a few thousand rows instead of every
+    successful run. Limited to size classes and node counts within a factor of 16 of the target;
+    widened to everything when that window is empty.
     """
     p = "tps" if metric == "tokens_per_sec_per_gpu" else "mfu"
-    c = RunConfig.__table__.c
-    cols = [*(c[f] for f in GROUP_FIELDS), c.n_runs, c[f"{p}_n"], c[f"{p}_min"], c[f"{p}_max"],
-            *(c[f"{p}_best_{f}"] for f in run_configs.BEST_FIELDS)]
-    window = [c.model_size_class.between(size_class / 16, size_class * 16),
-              c.nodes.between(max(1, target.nodes // 16), target.nodes * 16)] if size_class else []
-    for conds in (window, []):
-        rows = session.execute(sa.select(*cols).where(*conds).order_by(c[f"{p}_best_id"])).all()
+    windows = [((size_class / 16, size_class * 16), (max(1, target.nodes // 16), target.nodes * 16))] if size_class else []
+    for window in (*windows, (None, None)):
+        rows = run_configs.rows(session, *window)
         if rows:
             break
     groups = []
-    for r in rows:
-        g = {f: r[i] for i, f in enumerate(GROUP_FIELDS)}
-        n = len(GROUP_FIELDS)
-        best = dict(zip(run_configs.BEST_FIELDS, r[n + 4:]))
-        g.update(n_runs=r[n], n_values=r[n + 1], vmin=r[n + 2], vmax=r[n + 3],
+    best_columns = [(f, f"{p}_best_{f}") for f in run_configs.BEST_FIELDS]
+    n, vmin, vmax = f"{p}_n", f"{p}_min", f"{p}_max"
+    for r in sorted(rows, key=lambda r: r[f"{p}_best_id"]):
+        g = {f: r[f] for f in GROUP_FIELDS}
+        best = {f: r[column] for f, column in best_columns}
+        g.update(n_runs=r["n_runs"], n_values=r[n], vmin=r[vmin], vmax=r[vmax],
                  best={"id": best["id"], "value": best["value"], "mfu_eff": best["mfu"], "tps": best["tps"],
                        "peak_memory_gib": best["peak_memory_gib"],
                        "global_batch_tokens": best["global_batch_tokens"]})
