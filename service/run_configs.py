@@ -242,9 +242,6 @@ def _write(conn: sa.Connection, ordered: list[dict[str, Any]], tail: str) -> Non
     if not ordered:
         return
     raw = conn.connection.driver_connection
-    if conn.dialect.name == "duckdb" and tail and len(ordered) <= _DUCKDB_FEW:
-        _merge_few_duckdb(raw, ordered)
-        return
     if conn.dialect.name == "duckdb":
         view = "_run_configs_in"
         raw.register(view, pa.Table.from_pylist(ordered, schema=ARROW_SCHEMA))
@@ -255,27 +252,6 @@ def _write(conn: sa.Connection, ordered: list[dict[str, Any]], tail: str) -> Non
         return
     with raw.cursor() as cur:
         cur.execute(_PG_UNNEST + tail, [_pg_array(c, [g[c] for g in ordered]) for c in COLUMNS])
-
-
-#: up to this many groups, DuckDB merges row by row (an Arrow-fed upsert costs DuckDB ~10 ms
-#: even for one row; a key lookup plus a one-row UPDATE or INSERT ~2–3 ms)
-_DUCKDB_FEW = 3
-_SET_ALL = ", ".join(f"{c} = ?" for c in COLUMNS[1:])
-_INSERT_ONE = f"INSERT INTO run_configs ({_COLS}) VALUES ({', '.join('?' for _ in COLUMNS)})"
-
-
-def _merge_few_duckdb(raw, ordered: list[dict[str, Any]]) -> None:
-    """DuckDB, a few groups: read each stored row, merge in Python (`merge`), write it back.
-    Safe because DuckDB writes are serialised by Database's write lock."""
-    for g in ordered:
-        cur = raw.execute(f"SELECT {_COLS} FROM run_configs WHERE config_key = ?", [g["config_key"]])
-        stored = cur.fetchone()
-        if stored is None:
-            raw.execute(_INSERT_ONE, [g[c] for c in COLUMNS])
-            continue
-        merged = merge(dict(zip(COLUMNS, stored)), g)
-        raw.execute(f"UPDATE run_configs SET {_SET_ALL} WHERE config_key = ?",
-                    [merged[c] for c in COLUMNS[1:]] + [g["config_key"]])
 
 
 def _pg_type(column: str) -> str:

@@ -156,7 +156,7 @@ def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> 
         new_rows, stored = _insert_small_pg(session, by_key, order)
     else:
         new_rows, stored = _insert_checked(session, by_key, order, conflicts, dialect, bulk)
-    if new_rows:  # the per-configuration summary, in the same transaction
+    if new_rows:  # the per-configuration summary: merged (PostgreSQL) or folded when due (DuckDB)
         with _as_dbapi_error("INSERT INTO run_configs … ON CONFLICT DO UPDATE"):
             run_configs.record(session, new_rows)
     out: dict[str, Any] = {r["run_key"]: StoredRun(r) for r in new_rows}

@@ -139,8 +139,9 @@ class RunConfig(Base):
     the parallel config), as one text `config_key`. Per ranking metric (`tps_` =
     tokens_per_sec_per_gpu, `mfu_` = mfu_derived falling back to mfu): how many runs report it,
     its min and max, and the best run (highest metric, then lowest id; runs without it last) with
-    the fields the recommender answers with. Maintained in the transaction that stores the runs,
-    so "what worked?" reads a few thousand rows instead of every successful run.
+    the fields the recommender answers with. Merged at every ingest on PostgreSQL, folded in every
+    20,000 runs on DuckDB (RunConfigsState), so "what worked?" reads a few thousand rows instead of
+    every successful run.
     """
 
     __tablename__ = "run_configs"
