@@ -12,19 +12,11 @@ import streamlit as st
 from dashboard import data, ui
 from dashboard.logic import heatmap as hm
 from dashboard.logic.fmt import nodes_label, size_label
+from dashboard.components.runs import COLUMNS as RUN_COLUMNS
 from dashboard.logic.runs import runs_table
 
 CELL_KEY = "hm_cell"
 _LAST_CLICK = "hm_last_click"
-
-RUN_COLUMNS = {
-    "mfu": st.column_config.NumberColumn("MFU", format="percent"),
-    "tokens_per_sec_per_gpu": st.column_config.NumberColumn("tok/s/GPU", format="localized"),
-    "peak_memory_gib": st.column_config.NumberColumn("peak GiB", format="%.1f"),
-    "size_B": st.column_config.NumberColumn("size (B)"),
-    "global_batch_tokens": st.column_config.NumberColumn("batch tokens", format="localized"),
-}
-
 
 def zoom(cells: list[dict[str, Any]]) -> tuple[list[float], list[int]]:
     """Sidebar range sliders over the model sizes and node counts present; returns what to show."""
