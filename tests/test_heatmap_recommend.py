@@ -71,6 +71,46 @@ def test_heatmap_filters(nanotron_client):
     assert nanotron_client.get("/api/v1/heatmap", params={"metric": "bogus"}).status_code == 422
 
 
+#: the documented fields of a cell's `best` (CellBest in the OpenAPI document)
+CELL_BEST_FIELDS = [
+    "id", "run_key", "name", "source", "model_name", "model_params", "model_size_class", "gpu_type", "gpus_per_node",
+    "nodes", "world_size", "seq_len", "global_batch_tokens", "dp", "tp", "pp", "cp", "ep", "zero_stage",
+    "micro_batch_size", "grad_accum_steps", "recompute", "precision", "framework", "status", "started_at",
+    "tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu", "mfu_derived", "hfu", "hfu_derived", "peak_memory_gib",
+    "step_time_s",
+]
+
+
+@pytest.mark.parametrize("metric", ["tokens_per_sec_per_gpu", "mfu"])
+def test_heatmap_best_is_the_stored_run_narrowed_to_the_documented_fields(nanotron_client, metric):
+    """Every cell's `best` has exactly the CellBest fields, each equal to GET /runs/{id}'s: the
+    narrow read of the best runs cannot drift from the stored run."""
+    # a run with every field of the narrow read set (started_at with an offset, CP/EP, recompute,
+    # reported MFU/HFU) in a cell of its own, next to the sample's runs
+    full = {"run_key": "every-field", "name": "8b cp2 ep2", "source": "wandb", "model_name": "llama3-8b",
+            "model_params": 8_030_261_248, "num_layers": 32, "hidden_size": 4096, "num_heads": 32, "seq_len": 8192,
+            "gpu_type": "H100", "gpus_per_node": 8, "nodes": 4, "dp": 4, "tp": 2, "pp": 2, "cp": 2, "ep": 2,
+            "zero_stage": 1, "micro_batch_size": 1, "grad_accum_steps": 8, "recompute": "full",
+            "precision": "bf16", "framework": "megatron", "framework_version": "0.9", "status": "success",
+            "started_at": "2025-03-04T05:06:07+02:00", "tokens_per_sec_per_gpu": 3900.5, "tflops_per_gpu": 301.2,
+            "mfu": 0.31, "hfu": 0.4, "peak_memory_gib": 70.25, "step_time_s": 4.5,
+            "extra": {"active_params": 2_000_000_000}}  # MoE (EP 2): MFU from the active parameters
+    assert nanotron_client.post("/api/v1/runs", json=full).status_code == 201
+    spec = nanotron_client.get("/openapi.json").json()["components"]["schemas"]["CellBest"]
+    assert sorted(spec["properties"]) == sorted(CELL_BEST_FIELDS)
+
+    cells = nanotron_client.get("/api/v1/heatmap", params={"metric": metric}).json()["cells"]
+    bests = [c["best"] for c in cells if c["best"] is not None]
+    assert len(bests) == len(cells) == 4 and "every-field" in {b["run_key"] for b in bests}
+    for best in bests:
+        assert list(best) == CELL_BEST_FIELDS
+        stored = nanotron_client.get(f"/api/v1/runs/{best['id']}").json()
+        assert best == {name: stored[name] for name in CELL_BEST_FIELDS}
+    mine = next(b for b in bests if b["run_key"] == "every-field")
+    assert mine["started_at"] == "2025-03-04T03:06:07Z" and (mine["cp"], mine["ep"]) == (2, 2)
+    assert [name for name in CELL_BEST_FIELDS if mine[name] is None] == []
+
+
 def test_recommend_exact_cell_answers_with_recorded_best(nanotron_client, data_dir):
     best = expected_cells(data_dir)[2]["best"]
     body = nanotron_client.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": 2}).json()

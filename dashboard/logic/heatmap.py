@@ -1,8 +1,10 @@
 """The best-configuration heatmap (Ultra-Scale Playbook, "Benchmarking thousands of configurations").
 
 Input: the ``cells`` of GET /api/v1/heatmap, each ``{"model_size_class", "nodes", "best": run | null,
-"config_label", "n_success", "n_oom", "n_failed"}``. Output: a :class:`Grid` (rows = model size
-classes, columns = node counts), the text written in each cell like the Playbook's figure::
+"config_label", "n_success", "n_oom", "n_failed"}`` (``best``: the run's config, hardware and
+metrics, the API's CellBest; the whole run is GET /api/v1/runs/{id}). Output: a :class:`Grid`
+(rows = model size classes, columns = node counts), the text written in each cell like the
+Playbook's figure::
 
     DP8 TP1 PP1
     GAS16 Z1 MBS2

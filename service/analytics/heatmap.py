@@ -5,7 +5,8 @@ count, the best successful run and its configuration. A cell's best run is the s
 the highest metric — `tokens_per_sec_per_gpu` (default) or `mfu` (mfu_derived, falling back to the
 reported mfu) — ties broken by the higher MFU, then the lower id. Successful runs without the
 metric rank after those with it, so a cell that has successes always shows one. Cells carry counts of successful, OOM and
-other failed runs; a cell with only failures has `best = None`.
+other failed runs; a cell with only failures has `best = None`. A cell's best run is carried as the
+columns of BEST_COLUMNS only (its config, metrics and memory); the whole run is GET /api/v1/runs/{id}.
 """
 
 from __future__ import annotations
@@ -25,6 +26,22 @@ METRICS = ("tokens_per_sec_per_gpu", "mfu")
 #: 'success' inlined in the SQL (not a bind parameter), so PostgreSQL matches the partial indexes
 #: `... WHERE status = 'success'` in generic (prepared) plans too
 SUCCESS_LITERAL = sa.literal_column("'success'")
+
+#: The columns of a cell's best run (DESIGN §4: the config DP/TP/PP/CP/ZeRO/MBS/GAS/recompute, MFU,
+#: peak memory), with what the dashboard shows of it (throughput, hardware, seq_len, framework, …)
+#: and takes filter choices from (dashboard/logic/options.py; error_class is null for a success).
+#: Units as on a run: tokens/s per GPU, TFLOP/s per GPU, MFU/HFU as fractions, GiB per GPU, seconds
+#: per step. Reading these 34 of the 53 columns, without `fingerprint`, `extra` or the error text,
+#: keeps DuckDB (a column store) from fetching every column of 436 scattered rows at 10^6 runs.
+BEST_COLUMNS = (
+    "id", "run_key", "name", "source", "model_name", "model_params", "model_size_class",
+    "gpu_type", "gpus_per_node", "nodes", "world_size", "seq_len", "global_batch_tokens",
+    "dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute",
+    "precision", "framework", "status", "started_at",
+    "tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu", "mfu_derived", "hfu", "hfu_derived",
+    "peak_memory_gib", "step_time_s",
+)
+_BEST_SQL_DUCKDB = f"SELECT {', '.join(BEST_COLUMNS)} FROM runs WHERE id = ANY(?)"
 
 
 def metric_expr(metric: str) -> sa.ColumnElement:
@@ -71,11 +88,12 @@ class HeatmapFilters:
 def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per_sec_per_gpu") -> list[dict[str, Any]]:
     """All cells, sorted by (model_size_class, nodes).
 
-    Returns [{"model_size_class": float (billions), "nodes": int, "best": run | None (a row dict
-    whose columns also read as attributes, like a Run),
+    Returns [{"model_size_class": float (billions), "nodes": int, "best": {column: value} | None
+    (the BEST_COLUMNS of the cell's best run, plain Python values; started_at a naive UTC datetime),
     "n_success": int, "n_oom": int, "n_failed": int}]. The best run of a cell is the successful run
     with the highest metric (runs without it last), ties broken by the higher MFU (runs without MFU
-    last), then the lower id. One query for the cells and their best ids, one to load those runs:
+    last), then the lower id. One query for the cells and their best ids, one to read the
+    BEST_COLUMNS of those runs (see best_runs):
     - DuckDB: counts and the top metric per cell, then arg_min over the runs at the top (two scans);
     - PostgreSQL: counts per cell, then a LATERAL top-1 per cell that walks the partial index
       `ix_runs_best_tps` / `ix_runs_best_mfu` (status = 'success'; migration 0003) — a few index
@@ -88,7 +106,7 @@ def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per
         rows = session.execute(_cells_duckdb(value, conds)).all()
     else:
         rows = session.execute(_cells_lateral(value, conds)).all()
-    best = _runs_by_id(session, [r.best_id for r in rows if r.best_id is not None])
+    best = best_runs(session, [r.best_id for r in rows if r.best_id is not None])
 
     cells = []
     for row in sorted(rows, key=lambda r: (r.model_size_class, r.nodes)):
@@ -104,16 +122,23 @@ def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per
     return cells
 
 
-def _runs_by_id(session: Session, ids: list[int]) -> dict[int, Any]:
-    """The runs with these ids as {id: run}; each run a row dict whose columns also read as
-    attributes (service.store.StoredRun), which is all RunOut and config_label need. One
-    `id = ANY(list)` query: DuckDB scans an IN list of hundreds of ids 2–3× slower."""
-    from service.store import StoredRun
-
+def best_runs(session: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """{id: {column: value}} for the runs with these ids, the columns being BEST_COLUMNS (ids not
+    stored are left out). One `id = ANY(list)` query: DuckDB scans an IN list of hundreds of ids
+    2–3× slower. On DuckDB it goes through the session's driver connection (same transaction) and
+    builds the dicts from the row tuples, without SQLAlchemy's result processing; on PostgreSQL a
+    Core select of the same columns. Values as the driver returns them: started_at a naive UTC
+    datetime, the rest int / float / str or None."""
     if not ids:
         return {}
-    query = sa.select(Run.__table__).where(Run.id == sa.any_(sa.bindparam("ids", ids, type_=sa.ARRAY(sa.BigInteger))))
-    return {r["id"]: StoredRun(r) for r in session.execute(query).mappings()}
+    if session.get_bind().dialect.name == "duckdb":
+        raw = session.connection().connection.driver_connection
+        rows = raw.execute(_BEST_SQL_DUCKDB, [ids]).fetchall()
+        return {row[0]: dict(zip(BEST_COLUMNS, row)) for row in rows}
+    table = Run.__table__
+    query = (sa.select(*(table.c[name] for name in BEST_COLUMNS))
+             .where(table.c.id == sa.any_(sa.bindparam("ids", ids, type_=sa.ARRAY(sa.BigInteger)))))
+    return {r["id"]: dict(r) for r in session.execute(query).mappings()}
 
 
 def _counts() -> list[sa.ColumnElement]:

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Query, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, create_model
 
 from service import __version__
 from service.analytics import heatmap as hm
@@ -15,7 +15,7 @@ from service.analytics import recommend as rec
 from service.api.responses import model_response
 from service.api.security import READ
 from service.api.deps import DatabaseDep, SessionDep
-from service.schemas import ErrorBody, Health, RunOut
+from service.schemas import ErrorBody, Health, RunOut, UtcDatetime
 from service.store import naive_utc
 from service.tables import Run
 
@@ -24,10 +24,26 @@ router = APIRouter(tags=["analytics"])
 Metric = Literal["tokens_per_sec_per_gpu", "mfu"]
 
 
+#: A cell's best run: the fields of hm.BEST_COLUMNS, each with RunOut's name, type and description
+#: (started_at a timezone-aware UTC datetime, as on RunOut), so the two cannot drift apart.
+CellBest = create_model(
+    "CellBest",
+    __config__=ConfigDict(allow_inf_nan=False),
+    __doc__="A heatmap cell's best run, narrowed to its config (DP/TP/PP/CP/EP, ZeRO stage, MBS, GAS, "
+            "recompute), hardware, workload and metrics: tokens_per_sec_per_gpu (tokens/s per GPU), "
+            "tflops_per_gpu (TFLOP/s per GPU), mfu/hfu and their _derived values (fractions), "
+            "peak_memory_gib (GiB per GPU), step_time_s (s). Values equal the stored run's; the whole "
+            "run (versions, model dims, extra, error text, fingerprint, ...) is GET /api/v1/runs/{id}.",
+    **{name: ((UtcDatetime | None) if name == "started_at" else RunOut.model_fields[name].annotation,
+              RunOut.model_fields[name])
+       for name in hm.BEST_COLUMNS},
+)
+
+
 class HeatmapCell(BaseModel):
     model_size_class: float
     nodes: int
-    best: RunOut | None
+    best: CellBest | None
     config_label: str | None
     n_success: int
     n_oom: int
@@ -66,10 +82,14 @@ def heatmap(
 ) -> Response:
     """Best run per (model size class, nodes) cell (Ultra-Scale Playbook heatmap).
 
-    `model_size_class` is in billions of parameters (2 significant figures). A cell's `best` is the
-    successful run with the highest `metric` (tokens/s/GPU, or MFU as a fraction); `config_label`
-    is its config as "DP8 TP1 PP1 GAS16 Z1 MBS2". Counts split successful / OOM / other failed
-    runs; a cell with only failures has `best: null`.
+    `{"metric", "cells": [{"model_size_class", "nodes", "best", "config_label", "n_success", "n_oom",
+    "n_failed"}]}`, cells sorted by (model_size_class, nodes). `model_size_class` is in billions of
+    parameters (2 significant figures). A cell's `best` is the successful run with the highest
+    `metric` (tokens/s/GPU, or MFU as a fraction), as a CellBest: its id, config, hardware,
+    workload and metrics (tokens/s per GPU, TFLOP/s per GPU, MFU/HFU fractions, peak memory GiB
+    per GPU, step time s); the whole run is GET /runs/{id}, the cell's runs GET /heatmap/cell.
+    `config_label` is its config as "DP8 TP1 PP1 GAS16 Z1 MBS2". Counts split successful / OOM /
+    other failed runs; a cell with only failures has `best: null`.
     """
     filters = _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, started_after, started_before)
     cells = hm.heatmap(session, filters, metric)
