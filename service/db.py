@@ -2,9 +2,12 @@
 
 - `Database(url)` owns the engine. DuckDB files are owned by one process; inside it, writes are
   serialised by a lock (DuckDB's optimistic concurrency would otherwise abort concurrent
-  appends to the same table).
+  appends to the same table), shared by every `Database` of the file.
 - `Database.session()` is the only place that commits: it commits on success, rolls back on
   any error and turns driver errors into domain errors (service/errors.py).
+- A DuckDB file has an ingest journal (service/journal.py): small writes are group-committed.
+  `session()` first moves journaled runs into `runs` (`flush()`), so every session sees every
+  acknowledged run; `prepare()` replays what a crash left; `dispose()` flushes.
 - `upgrade()` runs the Alembic migrations to head; `check_schema()` raises `StaleSchema` with the
   command that fixes it.
 """
@@ -28,6 +31,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.dialects import registry
 from sqlalchemy.orm import Session
 
+from service import journal as ingest_journal
 from service.errors import Conflict, DatabaseUnavailable, ScalebookError, StaleSchema
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -70,30 +74,58 @@ def alembic_config(url: str) -> Config:
 class Database:
     """One database: its engine, dialect, write lock and schema helpers."""
 
-    def __init__(self, url: str, *, echo: bool = False):
+    def __init__(self, url: str, *, echo: bool = False, journal_rows: int = ingest_journal.FLUSH_ROWS):
+        """`journal_rows`: DuckDB files only — journaled runs gathered before a flush into `runs`
+        (SCALEBOOK_INGEST_JOURNAL_ROWS); 0 writes every request straight into DuckDB."""
         self.url = url
+        self._file: Path | None = None
         if url.startswith("duckdb:///"):
-            Path(url.removeprefix("duckdb:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            path = url.removeprefix("duckdb:///").split("?", 1)[0]
+            if path and path != ":memory:":
+                self._file = Path(path).expanduser()
+                self._file.parent.mkdir(parents=True, exist_ok=True)
         kwargs: dict = {"echo": echo}
         if url.startswith("postgresql"):
             kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
         self.engine = sa.create_engine(url, **kwargs)
         self.dialect = self.engine.dialect.name  # "duckdb" | "postgresql"
-        self._write_lock = threading.RLock() if self.is_duckdb else None
+        self._journal_rows = journal_rows
+        self._shared = ingest_journal.shared(self._file) if self._file is not None else None
+        self._write_lock: threading.RLock | None = (
+            self._shared.lock if self._shared is not None else threading.RLock() if self.is_duckdb else None)
 
     @property
     def is_duckdb(self) -> bool:
         return self.dialect == "duckdb"
 
+    @property
+    def write_lock(self) -> contextlib.AbstractContextManager:
+        """The lock that serialises writes (DuckDB; a no-op context on PostgreSQL)."""
+        return self._write_lock if self._write_lock is not None else contextlib.nullcontext()
+
     @contextlib.contextmanager
-    def session(self, *, write: bool = False) -> Iterator[Session]:
+    def session(self, *, write: bool = False, flush: bool = True) -> Iterator[Session]:
         """Yield a Session; commit on success, roll back on error.
 
-        Raises Conflict on unique violations, DatabaseUnavailable on connection errors; domain
-        errors raised inside pass through after the rollback.
+        On a DuckDB file the journaled runs are moved into `runs` first (see `flush`), so the
+        session sees every acknowledged run; a read session that does not read runs (the token
+        check) may pass `flush=False`. Raises Conflict on unique violations,
+        DatabaseUnavailable on connection errors; domain errors raised inside pass through after
+        the rollback.
         """
-        lock = self._write_lock if (write and self._write_lock is not None) else contextlib.nullcontext()
-        with lock, Session(self.engine, expire_on_commit=False) as session:
+        journal = self.journal
+        with self.write_lock if write else contextlib.nullcontext():
+            if journal is not None:
+                if journal.pending and (flush or write):
+                    self.flush()
+                if write:
+                    journal.drop_ids()  # this session may draw ids: later ones than any reserved
+            with self._transaction() as session:
+                yield session
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as session:
             try:
                 yield session
                 session.commit()
@@ -160,6 +192,74 @@ class Database:
         if auto_upgrade:
             self.upgrade()
         self.check_schema()
+        _ = self.journal  # opens a DuckDB file's ingest journal, replaying what a crash left
+
+    # -- the ingest journal (DuckDB files) -------------------------------------------------------
+    @property
+    def journal(self) -> ingest_journal.IngestJournal | None:
+        """The file's ingest journal, opened on first use (replaying what a crash left); None on
+        PostgreSQL, in-memory DuckDB, or with journal_rows=0 once the leftovers are replayed."""
+        shared = self._shared
+        if shared is None or shared.opened:
+            return shared.journal if shared is not None else None
+        with shared.lock:
+            if not shared.opened:
+                shared.journal = self._open_journal()
+                shared.opened = True
+        return shared.journal
+
+    def _open_journal(self) -> ingest_journal.IngestJournal | None:
+        path = ingest_journal.journal_path(self._file)
+        leftover = path.exists() and path.stat().st_size > 0
+        if self._journal_rows <= 0 and not leftover:
+            return None
+        with self.engine.connect() as conn:
+            own = conn.connection.driver_connection.duplicate()  # its own connection, same instance
+        journal = ingest_journal.IngestJournal(path, own, self._journal_rows)
+        if leftover:
+            from service import store
+
+            rows = journal.load(store.DATETIME_COLUMNS)
+            if rows:
+                with self._transaction() as session:
+                    replayed = store.insert_journaled(session, rows, skip_stored=True)
+                ingest_journal.log.warning("ingest journal %s: %d of %d run(s) replayed into runs after an "
+                                           "unclean stop", path, replayed, len(rows))
+            journal.clear()
+        if self._journal_rows <= 0:
+            journal.close(remove=True)
+            return None
+        return journal
+
+    def flush(self) -> int:
+        """Move the journaled runs into `runs` in one transaction (group commit); returns how
+        many. On failure they stay journaled (durable) and the error is raised."""
+        journal = self.journal
+        if journal is None or not journal.pending:
+            return 0
+        from service import store
+
+        with self.write_lock:
+            rows = list(journal.pending.values())
+            if not rows:
+                return 0
+            with self._transaction() as session:
+                store.insert_journaled(session, rows)
+            journal.clear()
+            return len(rows)
 
     def dispose(self) -> None:
+        """Flush the journal (kept on disk if that fails), release it, close the engine."""
+        shared = self._shared
+        if shared is not None:
+            try:
+                if shared.opened:
+                    self.flush()
+            except ScalebookError as exc:
+                ingest_journal.log.warning("ingest journal not flushed at close (replayed at the next start): %s",
+                                           exc.message)
+            self._shared = None
+            if ingest_journal.release(self._file, shared) and shared.journal is not None:
+                shared.journal.close(remove=True)
+                shared.journal = None
         self.engine.dispose()

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from service import derive, run_configs
-from service.errors import BadRequest, Conflict, NotFound, ValidationFailed
+from service.errors import BadRequest, Conflict, NotFound, ScalebookError, ValidationFailed
 from service.schemas import RunIn
 from service.tables import RUN_ID_SEQ, Run
 
@@ -138,7 +138,53 @@ def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> 
     (PostgreSQL; DuckDB writes are serialised): the later one finds the key stored and answers
     as for a retry (200, or 409 for different content), never a unique-violation error.
     """
+    return _store_rows(session, validate_records(payloads), bulk)
+
+
+def ingest(db: Any, payloads: list[Any]) -> tuple[list[Any], int, int]:
+    """The API's write path (POST /api/v1/runs): `store_runs` in a write session of `db`
+    (a service.db.Database), or, on a DuckDB file, through its ingest journal (service/journal.py)
+    when the request has at most journal.SMALL_REQUEST runs, all with new run_keys: the runs get
+    ids, are made durable in the journal (one appended line, fdatasync) and are answered from
+    memory; they reach `runs` at the next flush. Same answers and errors as `store_runs`.
+    """
+    from service import journal as ingest_journal
+
+    journal = db.journal
+    if journal is None or len(payloads) > ingest_journal.SMALL_REQUEST:
+        with db.session(write=True) as session:
+            return store_runs(session, payloads, bulk=len(payloads) > SMALL_INSERT)
     rows = validate_records(payloads)
+    by_key, order, conflicts = _by_key(rows)
+    if not conflicts:
+        with db.write_lock:
+            if not journal.stored(list(by_key)):
+                new_rows = list(by_key.values())
+                now = datetime.now(UTC).replace(tzinfo=None)
+                for r, run_id in zip(new_rows, journal.next_ids(len(new_rows))):
+                    r["id"], r["ingested_at"] = run_id, now
+                journal.append(new_rows)
+                if len(journal.pending) >= journal.flush_rows:
+                    _flush_quietly(db)
+                out = {r["run_key"]: StoredRun(r) for r in new_rows}
+                return [out[k] for k in order], len(new_rows), 0
+    with db.session(write=True) as session:  # retries of stored keys, conflicts: the checked path
+        return _store_rows(session, rows, bulk=False)
+
+
+def _flush_quietly(db: Any) -> None:
+    """Flush after an acknowledged journal write: a failure leaves the runs journaled (durable,
+    retried by the next session) and must not turn the acknowledgement into an error."""
+    import logging
+
+    try:
+        db.flush()
+    except ScalebookError as exc:
+        logging.getLogger(__name__).warning("ingest journal flush failed, runs stay journaled: %s", exc.message)
+
+
+def _by_key(rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], list[str], list[dict[str, Any]]]:
+    """({run_key: first row}, run_keys in request order, in-request conflicts)."""
     by_key: dict[str, dict[str, Any]] = {}
     order: list[str] = []
     conflicts: list[dict[str, Any]] = []
@@ -151,6 +197,11 @@ def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> 
         elif seen["content_hash"] != row["content_hash"]:
             conflicts.append({"index": index, "field": "run_key", "value": key,
                               "message": "run_key appears twice in this request with different content"})
+    return by_key, order, conflicts
+
+
+def _store_rows(session: Session, rows: list[dict[str, Any]], bulk: bool) -> tuple[list[Any], int, int]:
+    by_key, order, conflicts = _by_key(rows)
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql" and len(by_key) <= SMALL_INSERT and not conflicts:
         new_rows, stored = _insert_small_pg(session, by_key, order)
@@ -163,6 +214,29 @@ def store_runs(session: Session, payloads: list[Any], *, bulk: bool = False) -> 
     if stored:
         out.update((r.run_key, r) for r in session.scalars(sa.select(Run).where(Run.run_key.in_(list(stored)))))
     return [out[k] for k in order], len(new_rows), len(by_key) - len(new_rows)
+
+
+DATETIME_COLUMNS = tuple(c.name for c in Run.__table__.columns if isinstance(c.type, sa.DateTime))
+
+
+def insert_journaled(session: Session, rows: list[dict[str, Any]], *, skip_stored: bool = False) -> int:
+    """Insert runs that already have ids and ingested_at (the ingest journal's), in id order, and
+    record them in run_configs. `skip_stored`: leave out run_keys already in `runs` (a replay
+    after a crash that came between a flush's commit and the journal's truncation). Returns how
+    many were inserted."""
+    rows = sorted(rows, key=lambda r: r["id"])
+    if skip_stored:
+        stored = _stored_hashes(session, [r["run_key"] for r in rows], session.get_bind().dialect.name)
+        rows = [r for r in rows if r["run_key"] not in stored]
+    if not rows:
+        return 0
+    if len(rows) > SMALL_INSERT:
+        _insert_arrow(session, rows)
+    else:
+        session.connection().execute(_INSERT_ALL, [{c: r.get(c) for c in COLUMN_NAMES} for r in rows])
+    with _as_dbapi_error("INSERT INTO run_configs … ON CONFLICT DO UPDATE"):
+        run_configs.record(session, rows)
+    return len(rows)
 
 
 #: attempts at inserting a request's new runs when concurrent requests store the same run_keys

@@ -22,6 +22,7 @@ KEY = ("model_size_class", "nodes", "gpus_per_node", "gpu_type", "seq_len", "dp"
 
 def reference(db: Database) -> dict[tuple, dict]:
     """{group key: {n_runs, tps_n/min/max/best_id, mfu_n/min/max/best_id}} from `runs`."""
+    db.flush()  # runs still in a DuckDB ingest journal move into `runs` first
     with db.engine.connect() as conn:
         rows = [dict(r) for r in conn.execute(sa.text("SELECT * FROM runs")).mappings()]
     groups: dict[tuple, list[dict]] = {}

@@ -287,6 +287,7 @@ def execute_sandboxed(db: Database, sql: str, *, timeout_s: float, max_rows: int
 def _run_duckdb(db: Database, sql: str, timeout_s: float, max_rows: int) -> tuple[list[str], list[list], float]:
     import duckdb
 
+    db.flush()  # journaled runs into `runs` first: the query sees every acknowledged run
     with db.engine.connect() as sa_conn:
         con = sa_conn.connection.driver_connection.duplicate()  # own connection, same instance
     try:

@@ -99,8 +99,7 @@ async def post_runs(
     minimal = wants_minimal(prefer)
 
     def _store() -> Response:
-        with db.session(write=True) as session:
-            stored, created, existing = store.store_runs(session, records, bulk=len(records) > 20)
+        stored, created, existing = store.ingest(db, records)
         status = 201 if created else 200
         if minimal:
             response = model_response(StoredRunIds, {"ids": [r.id for r in stored], "created": created,

@@ -44,7 +44,7 @@ def serve(
     from service.errors import ScalebookError
 
     settings = get_settings()
-    db = Database(settings.url)
+    db = Database(settings.url, journal_rows=settings.ingest_journal_rows)
     try:
         db.prepare()
     except ScalebookError as exc:
@@ -63,7 +63,10 @@ def serve(
 
     app_ = create_app(db, settings)
     gc.freeze()  # start-up objects leave the GC's generations: fewer, shorter collections per request
-    uvicorn.run(app_, host=host, port=port, workers=1, log_level=log_level)
+    try:
+        uvicorn.run(app_, host=host, port=port, workers=1, log_level=log_level)
+    finally:
+        db.dispose()  # moves journaled runs into the DuckDB file
 
 
 def _dashboard_cmd(port: int, address: str = "127.0.0.1") -> list[str]:
