@@ -114,34 +114,43 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
     target_gpu = hardware.canonical_gpu_type(target.gpu_type) or target.gpu_type
     size_class = model_size_class(target.model_params)
     value = metric_expr(metric)
-    groups = _groups(session, metric, size_class, target)
+    p = "tps" if metric == "tokens_per_sec_per_gpu" else "mfu"
+    rows = _groups(session, size_class, target)
     ooms = _recorded_ooms(session, size_class)
 
-    candidates: list[dict[str, Any]] = []
-    for g in groups:
-        exact = (g["model_size_class"] == size_class and g["nodes"] == target.nodes
-                 and g["gpus_per_node"] in (None, target.gpus_per_node)
-                 and (not target_gpu or g["gpu_type"] == target_gpu)
-                 and (not target.seq_len or g["seq_len"] == target.seq_len))
-        cand = _adapt(g, target, target_gpu, exact)
-        if cand is None:
+    # every group's adapted config and rank (cheap), then the full candidate only for the
+    # first configs that survive the OOM and memory checks
+    # (ties in the ranking go to the group whose best run has the lower id)
+    best_value, best_id, best_gbt = f"{p}_best_value", f"{p}_best_id", f"{p}_best_global_batch_tokens"
+    ranked: list[tuple] = []
+    for r in rows:
+        exact = (r["model_size_class"] == size_class and r["nodes"] == target.nodes
+                 and r["gpus_per_node"] in (None, target.gpus_per_node)
+                 and (not target_gpu or r["gpu_type"] == target_gpu)
+                 and (not target.seq_len or r["seq_len"] == target.seq_len))
+        adapted = _adapt_config(r, r[best_gbt], target)
+        if adapted is None:
             continue
-        cand["distance"] = 0.0 if exact else round(
-            _log_ratio(g["model_size_class"], size_class) + _log_ratio(g["nodes"], target.nodes)
-            + _log_ratio(g["seq_len"], target.seq_len) + _hw_penalty(target_gpu, g["gpu_type"]), 4)
-        candidates.append(cand)
-
-    seen: dict[tuple, dict[str, Any]] = {}
-    for cand in sorted(candidates, key=lambda c: (c["match"] != "exact", c["distance"], -(c["metrics"]["value"] or 0))):
-        key = tuple(cand["config"][f] for f in CONFIG_FIELDS)
-        if key in seen:
-            seen[key]["evidence"]["also_supported_by"] += 1
-            continue
-        seen[key] = cand
-    ranked = list(seen.values())
+        config, changed = adapted
+        match = "exact" if exact and not changed else "adapted"
+        distance = 0.0 if exact else round(
+            _log_ratio(r["model_size_class"], size_class) + _log_ratio(r["nodes"], target.nodes)
+            + _log_ratio(r["seq_len"], target.seq_len) + _hw_penalty(target_gpu, r["gpu_type"]), 4)
+        ranked.append((match != "exact", distance, -(r[best_value] or 0), r[best_id], r, config, changed, match))
+    ranked.sort(key=lambda e: e[:4])
+    firsts: dict[tuple, list] = {}  # config → [its best-ranked group's entry, how many more groups]
+    for entry in ranked:
+        key = tuple(entry[5][f] for f in CONFIG_FIELDS)
+        if key in firsts:
+            firsts[key][1] += 1
+        else:
+            firsts[key] = [entry, 0]
 
     out: list[dict[str, Any]] = []
-    for cand in ranked:
+    for (_, distance, _, _, r, config, changed, match), also in firsts.values():
+        cand = _candidate(_group(r, p), target, target_gpu, config, changed, match)
+        cand["distance"] = distance
+        cand["evidence"]["also_supported_by"] = also
         if cand["match"] == "adapted" and _blocked_by_oom(cand, size_class, ooms):
             continue
         _attach_memory(cand, target, target_gpu, enabled=memory_check)
@@ -157,35 +166,31 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
     return out
 
 
-def _groups(session: Session, metric: str, size_class: float | None, target: Target) -> list[dict[str, Any]]:
-    """Successful runs grouped by configuration: per group its GROUP_FIELDS, `n_runs`,
-    `n_values`/`vmin`/`vmax` of the metric and its best run (`best`: id, value, mfu_eff,
-    peak_memory_gib, global_batch_tokens, tps) — the run with the highest metric (runs without it
-    last), then the lowest id. Groups come ordered by their best run's id.
-
-    Read from run_configs, the per-configuration summary (service/run_configs.rows: the stored
-    groups plus, on DuckDB, the runs not yet folded in): a few thousand rows instead of every
-    successful run. Limited to size classes and node counts within a factor of 16 of the target;
-    widened to everything when that window is empty.
-    """
-    p = "tps" if metric == "tokens_per_sec_per_gpu" else "mfu"
+def _groups(session: Session, size_class: float | None, target: Target) -> list[dict[str, Any]]:
+    """Successful runs grouped by configuration: run_configs rows (service/run_configs.rows: the
+    stored groups plus, on DuckDB, the runs not yet folded in) — a few thousand rows instead of
+    every successful run. Limited to size classes and node counts within a factor of 16 of the
+    target; widened to everything when that window is empty. Turned into a group dict by
+    `_group` for the candidates that are answered only."""
     windows = [((size_class / 16, size_class * 16), (max(1, target.nodes // 16), target.nodes * 16))] if size_class else []
     for window in (*windows, (None, None)):
         rows = run_configs.rows(session, *window)
         if rows:
-            break
-    groups = []
-    best_columns = [(f, f"{p}_best_{f}") for f in run_configs.BEST_FIELDS]
-    n, vmin, vmax = f"{p}_n", f"{p}_min", f"{p}_max"
-    for r in sorted(rows, key=lambda r: r[f"{p}_best_id"]):
-        g = {f: r[f] for f in GROUP_FIELDS}
-        best = {f: r[column] for f, column in best_columns}
-        g.update(n_runs=r["n_runs"], n_values=r[n], vmin=r[vmin], vmax=r[vmax],
-                 best={"id": best["id"], "value": best["value"], "mfu_eff": best["mfu"], "tps": best["tps"],
-                       "peak_memory_gib": best["peak_memory_gib"],
-                       "global_batch_tokens": best["global_batch_tokens"]})
-        groups.append(g)
-    return groups
+            return rows
+    return []
+
+
+def _group(r: dict[str, Any], p: str) -> dict[str, Any]:
+    """A run_configs row for metric prefix `p` ("tps" | "mfu") as a group: its GROUP_FIELDS,
+    `n_runs`, `n_values`/`vmin`/`vmax` of the metric and its best run (`best`: id, value,
+    mfu_eff, peak_memory_gib, global_batch_tokens, tps) — the run with the highest metric (runs
+    without it last), then the lowest id."""
+    g = {f: r[f] for f in GROUP_FIELDS}
+    g.update(n_runs=r["n_runs"], n_values=r[f"{p}_n"], vmin=r[f"{p}_min"], vmax=r[f"{p}_max"],
+             best={"id": r[f"{p}_best_id"], "value": r[f"{p}_best_value"], "mfu_eff": r[f"{p}_best_mfu"],
+                   "tps": r[f"{p}_best_tps"], "peak_memory_gib": r[f"{p}_best_peak_memory_gib"],
+                   "global_batch_tokens": r[f"{p}_best_global_batch_tokens"]})
+    return g
 
 
 _TOP_IDS = 20
@@ -229,7 +234,11 @@ def _fill_evidence(session: Session, value, candidates: list[dict[str, Any]]) ->
                                           "stdev": statistics.pstdev(values) if len(values) > 1 else 0.0}
 
 
-def _adapt(g: dict[str, Any], target: Target, target_gpu: str | None, exact: bool) -> dict[str, Any] | None:
+def _adapt_config(g: dict[str, Any], best_gbt: int | None, target: Target) -> tuple[dict[str, Any], list[str]] | None:
+    """The config of group `g` (its GROUP_FIELDS; `best_gbt` the global batch of its best run)
+    adapted to the target — TP/PP/CP/EP, ZeRO stage, MBS and recompute kept, DP from the
+    target's world size, GAS to hit the target global batch — and the fields that changed; None
+    when the target's world size does not divide into the group's TP·PP·CP (or DP·CP into EP)."""
     tp, pp, cp, ep = g["tp"], g["pp"] or 1, g["cp"] or 1, g["ep"] or 1
     world = target.world_size
     if world % (tp * pp * cp):
@@ -239,17 +248,23 @@ def _adapt(g: dict[str, Any], target: Target, target_gpu: str | None, exact: boo
         return None
     seq = target.seq_len or g["seq_len"]
     mbs = g["micro_batch_size"]
-    best = g["best"]
     gas = g["grad_accum_steps"]
     # GAS hits the target global batch; without a target, the neighbour's global batch is kept
     # (only when the neighbour reported its GAS: a batch we cannot reproduce is not invented)
-    gbt_target = target.global_batch_tokens or (best["global_batch_tokens"] if gas else None)
+    gbt_target = target.global_batch_tokens or (best_gbt if gas else None)
     if gbt_target and mbs and seq:
         gas = max(1, round(gbt_target / (dp * mbs * seq)))
     config = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero_stage": g["zero_stage"],
               "micro_batch_size": mbs, "grad_accum_steps": gas, "recompute": g["recompute"]}
-    changed = [f for f in CONFIG_FIELDS if config[f] != g[f]]
-    match = "exact" if exact and not changed else "adapted"
+    return config, [f for f in CONFIG_FIELDS if config[f] != g[f]]
+
+
+def _candidate(g: dict[str, Any], target: Target, target_gpu: str | None, config: dict[str, Any],
+               changed: list[str], match: str) -> dict[str, Any]:
+    """The answer's candidate for group `g` adapted to `config` (see _adapt_config)."""
+    seq = target.seq_len or g["seq_len"]
+    dp, mbs, gas = config["dp"], config["micro_batch_size"], config["grad_accum_steps"]
+    best = g["best"]
     source = {f: g[f] for f in ("model_size_class", "nodes", "gpus_per_node", "gpu_type", "seq_len")}
     why = ("recorded on this very target" if match == "exact" else
            f"recorded on {g['model_size_class']}B × {g['nodes']} nodes"
