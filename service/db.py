@@ -219,12 +219,16 @@ class Database:
         if leftover:
             from service import store
 
-            rows = journal.load(store.DATETIME_COLUMNS)
-            if rows:
-                with self._transaction() as session:
-                    replayed = store.insert_journaled(session, rows, skip_stored=True)
-                ingest_journal.log.warning("ingest journal %s: %d of %d run(s) replayed into runs after an "
-                                           "unclean stop", path, replayed, len(rows))
+            try:
+                rows = journal.load(store.DATETIME_COLUMNS)
+                if rows:
+                    with self._transaction() as session:
+                        replayed = store.insert_journaled(session, rows, skip_stored=True)
+                    ingest_journal.log.warning("ingest journal %s: %d of %d run(s) replayed into runs after an "
+                                               "unclean stop", path, replayed, len(rows))
+            except BaseException:
+                journal.close(remove=False)  # kept for the next attempt; the file lock released
+                raise
             journal.clear()
         if self._journal_rows <= 0:
             journal.close(remove=True)

@@ -175,3 +175,34 @@ def test_replay_after_a_crash(db_url, backend, mode):
         assert created == 1 and more[0].id > rows[-1]["id"]
     finally:
         db.dispose()
+
+
+@DUCKDB_ONLY
+def test_a_replay_that_fails_keeps_the_journal_and_its_lock_free(db_url, backend):
+    """A journal line the database refuses (here: an id already taken by another run) makes the
+    open fail with the database's error; the journal stays on disk, and once the line is mended
+    the next open replays it."""
+    from service import store
+
+    db = Database(db_url, journal_rows=100000)
+    db.prepare(auto_upgrade=False)
+    (first,), _, _ = store.ingest(db, [{**BASE, "run_key": "kept"}])
+    db.dispose()  # flushes: "kept" is stored with first.id
+    path = journal.journal_path(Path(db_url.removeprefix("duckdb:///")))
+    line = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in dict(first).items()}
+    path.write_text(json.dumps([{**line, "run_key": "clash"}]) + "\n")  # same id, another key
+    broken = Database(db_url)
+    try:
+        with pytest.raises(Exception, match="(?i)constraint|duplicate|conflict"):
+            broken.prepare(auto_upgrade=False)
+        assert path.stat().st_size > 0
+    finally:
+        broken.dispose()
+    path.write_text(json.dumps([{**line, "run_key": "clash", "id": first.id + 1000}]) + "\n")
+    mended = Database(db_url)
+    try:
+        mended.prepare(auto_upgrade=False)
+        assert [r["run_key"] for r in stored_rows(mended)] == ["kept", "clash"]
+        assert path.stat().st_size == 0
+    finally:
+        mended.dispose()
