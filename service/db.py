@@ -90,7 +90,8 @@ class Database:
         self.engine = sa.create_engine(url, **kwargs)
         self.dialect = self.engine.dialect.name  # "duckdb" | "postgresql"
         self._journal_rows = journal_rows
-        self._shared = ingest_journal.shared(self._file) if self._file is not None else None
+        self._key = str(self._file.resolve()) if self._file is not None else ""
+        self._shared = ingest_journal.shared(self._key) if self._file is not None else None
         self._write_lock: threading.RLock | None = (
             self._shared.lock if self._shared is not None else threading.RLock() if self.is_duckdb else None)
 
@@ -213,8 +214,11 @@ class Database:
         leftover = path.exists() and path.stat().st_size > 0
         if self._journal_rows <= 0 and not leftover:
             return None
-        with self.engine.connect() as conn:
-            own = conn.connection.driver_connection.duplicate()  # its own connection, same instance
+        # a connection of its own, taken out of the pool: the pool closes surplus connections (and
+        # DuckDB closes a duplicate() with its parent), the journal needs one for its lifetime
+        fairy = self.engine.raw_connection()
+        own = fairy.driver_connection
+        fairy.detach()
         journal = ingest_journal.IngestJournal(path, own, self._journal_rows)
         if leftover:
             from service import store
@@ -226,10 +230,10 @@ class Database:
                         replayed = store.insert_journaled(session, rows, skip_stored=True)
                     ingest_journal.log.warning("ingest journal %s: %d of %d run(s) replayed into runs after an "
                                                "unclean stop", path, replayed, len(rows))
+                journal.clear()
             except BaseException:
                 journal.close(remove=False)  # kept for the next attempt; the file lock released
                 raise
-            journal.clear()
         if self._journal_rows <= 0:
             journal.close(remove=True)
             return None
@@ -259,11 +263,12 @@ class Database:
             try:
                 if shared.opened:
                     self.flush()
-            except ScalebookError as exc:
+            except Exception as exc:  # noqa: BLE001 - closing goes on; the runs stay journaled on disk
                 ingest_journal.log.warning("ingest journal not flushed at close (replayed at the next start): %s",
-                                           exc.message)
+                                           getattr(exc, "message", exc))
             self._shared = None
-            if ingest_journal.release(self._file, shared) and shared.journal is not None:
-                shared.journal.close(remove=True)
-                shared.journal = None
+            if ingest_journal.release(self._key, shared) and shared.journal is not None:
+                with shared.lock:  # no writer of this process is inside the journal while it closes
+                    shared.journal.close(remove=True)
+                    shared.journal = None
         self.engine.dispose()

@@ -69,6 +69,9 @@ class IngestJournal:
         self.path = path
         self.flush_rows = flush_rows
         self.pending: dict[str, dict[str, Any]] = {}
+        #: set when a failed append could not be undone: the file may hold a partial line, so
+        #: nothing more is appended (writes take the direct path) until the next start replays it
+        self.broken = False
         self._conn = conn
         self._ids: list[int] = []
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
@@ -76,13 +79,16 @@ class IngestJournal:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             os.close(self._fd)
+            conn.close()
             raise DatabaseUnavailable(f"{path} is held by another process: one scalebook process owns "
                                       "a DuckDB file (stop the server, or go through its API)") from exc
 
     # -- recovery -------------------------------------------------------------------------------
     def load(self, datetime_columns: Iterable[str]) -> list[dict[str, Any]]:
-        """The runs of the lines on disk (left by a crash), in file order. Unreadable lines are
-        appended to `<journal>.rejects` and skipped."""
+        """The runs of the lines on disk (left by a crash), in file order, one per run_key (the
+        last line's: an earlier one was a write whose fsync failed, answered with an error).
+        Unreadable lines — the last one when a crash cut it — are appended to `<journal>.rejects`
+        and skipped, with a warning."""
         with open(self.path, "rb") as fh:
             lines = fh.read().splitlines()
         rows: list[dict[str, Any]] = []
@@ -102,6 +108,7 @@ class IngestJournal:
                     if isinstance(r.get(name), str):
                         r[name] = datetime.fromisoformat(r[name])
             rows.extend(batch)
+        rows = list({r["run_key"]: r for r in rows}.values())
         if rejects:
             target = self.path.with_name(self.path.name + ".rejects")
             with open(target, "ab") as fh:
@@ -119,6 +126,10 @@ class IngestJournal:
             return self._conn.execute("SELECT 1 FROM runs WHERE run_key = ?", keys).fetchone() is not None
         return self._conn.execute("SELECT 1 FROM runs WHERE run_key = ANY(?) LIMIT 1", [keys]).fetchone() is not None
 
+    def has_ids(self, n: int) -> bool:
+        """Whether `n` reserved ids are at hand (next_ids needs no query)."""
+        return len(self._ids) >= n
+
     def next_ids(self, n: int) -> list[int]:
         """`n` fresh ids, increasing; drawn from runs_id_seq ID_BLOCK at a time."""
         while len(self._ids) < n:
@@ -133,23 +144,36 @@ class IngestJournal:
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         """Make `rows` (ids set) durable as one line, then add them to `pending`. Raises
-        DatabaseUnavailable when the write or the fsync fails (nothing is acknowledged)."""
+        DatabaseUnavailable when the write or the fsync fails: nothing is acknowledged, and the
+        file is cut back to where it was (or, if even that fails, the journal is marked broken)."""
         line = pydantic_core.to_json(rows) + b"\n"
+        size = os.lseek(self._fd, 0, os.SEEK_END)
         try:
             written = os.write(self._fd, line)
             if written != len(line):
                 raise OSError(f"short write: {written} of {len(line)} bytes")
             os.fdatasync(self._fd)
         except OSError as exc:
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError:
+                self.broken = True
+                log.error("ingest journal %s: a failed write could not be undone; journaling stops until "
+                          "the next start", self.path)
             raise DatabaseUnavailable(f"cannot write the ingest journal {self.path}: {exc}") from exc
         for r in rows:
             self.pending[r["run_key"]] = r
 
     def clear(self) -> None:
-        """After the pending runs were committed to `runs`: empty the file and `pending`."""
-        os.ftruncate(self._fd, 0)
-        os.fdatasync(self._fd)
+        """After the pending runs were committed to `runs`: empty `pending`, then the file. A file
+        that cannot be emptied is only logged: a replay skips runs already stored."""
         self.pending.clear()
+        try:
+            os.ftruncate(self._fd, 0)
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            log.warning("ingest journal %s: not emptied after a flush (%s); its runs are stored and a "
+                        "replay will skip them", self.path, exc)
 
     def close(self, *, remove: bool) -> None:
         """Release the file (removed when `remove` and nothing is pending) and the connection."""
@@ -174,22 +198,21 @@ _SHARED: dict[str, Shared] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared(db_path: Path) -> Shared:
-    """The Shared state of the DuckDB file at `db_path` (one per resolved path), counted as used."""
-    key = str(db_path.expanduser().resolve())
+def shared(key: str) -> Shared:
+    """The Shared state of the DuckDB file whose resolved path is `key`, counted as used."""
     with _SHARED_LOCK:
         state = _SHARED.setdefault(key, Shared())
         state.users += 1
         return state
 
 
-def release(db_path: Path, state: Shared) -> bool:
+def release(key: str, state: Shared) -> bool:
     """Count one user of `state` gone; True when it was the last (the caller closes the journal)."""
-    key = str(db_path.expanduser().resolve())
     with _SHARED_LOCK:
         state.users -= 1
         if state.users <= 0:
-            _SHARED.pop(key, None)
+            if _SHARED.get(key) is state:
+                del _SHARED[key]
             return True
         return False
 

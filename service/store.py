@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from service import derive, run_configs
-from service.errors import BadRequest, Conflict, NotFound, ScalebookError, ValidationFailed
+from service.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from service.schemas import RunIn
 from service.tables import RUN_ID_SEQ, Run
 
@@ -155,7 +155,7 @@ def ingest(db: Any, payloads: list[Any], *, wait: bool = True) -> tuple[list[Any
     from service import journal as ingest_journal
 
     journal = db.journal
-    if journal is not None and len(payloads) <= ingest_journal.SMALL_REQUEST:
+    if journal is not None and not journal.broken and len(payloads) <= ingest_journal.SMALL_REQUEST:
         rows = validate_records(payloads)
         by_key, order, conflicts = _by_key(rows)
         if not conflicts:
@@ -180,8 +180,9 @@ def _journal_write(db: Any, journal: Any, by_key: dict[str, dict[str, Any]], ord
     if not lock.acquire(blocking=wait):
         return None
     try:
-        if not wait and len(journal.pending) + len(by_key) >= journal.flush_rows:
-            return None
+        if not wait and (len(journal.pending) + len(by_key) >= journal.flush_rows
+                         or not journal.has_ids(len(by_key))):
+            return None  # a flush or an id query is due: the worker thread does this one
         if journal.stored(list(by_key)):
             return None
         new_rows = list(by_key.values())
@@ -204,8 +205,9 @@ def _flush_quietly(db: Any) -> None:
 
     try:
         db.flush()
-    except ScalebookError as exc:
-        logging.getLogger(__name__).warning("ingest journal flush failed, runs stay journaled: %s", exc.message)
+    except Exception as exc:  # noqa: BLE001 - the runs are durable in the journal; the next session retries
+        logging.getLogger(__name__).warning("ingest journal flush failed, runs stay journaled: %s",
+                                            getattr(exc, "message", exc))
 
 
 def _by_key(rows: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], list[str], list[dict[str, Any]]]:

@@ -206,3 +206,54 @@ def test_a_replay_that_fails_keeps_the_journal_and_its_lock_free(db_url, backend
         assert path.stat().st_size == 0
     finally:
         mended.dispose()
+
+
+@DUCKDB_ONLY
+def test_journal_survives_the_pool_and_failed_disk_writes(database, backend, monkeypatch):
+    """Found in review: (1) the journal's connection must not be one the pool may close (a burst of
+    concurrent sessions closes the surplus); (2) a write or fdatasync that fails is cut back out
+    of the file, so a retry is not journaled twice and a later line is not glued to a partial
+    one; (3) a journal that cannot be emptied after a flush does not make the flushed runs
+    pending again."""
+    import os
+    import threading
+
+    from service import store
+
+    barrier = threading.Barrier(12)
+
+    def read(i: int) -> None:
+        with database.session() as s:
+            s.execute(sa.text("SELECT count(*) FROM runs")).scalar()
+            barrier.wait()
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(12)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert store.ingest(database, [{**BASE, "run_key": "after-burst"}])[1] == 1
+
+    real_sync, calls = os.fdatasync, []
+
+    def failing_sync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError(5, "EIO")
+        real_sync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", failing_sync)
+    with pytest.raises(Exception, match="cannot write the ingest journal"):
+        store.ingest(database, [{**BASE, "run_key": "retried"}])
+    assert store.ingest(database, [{**BASE, "run_key": "retried"}])[1] == 1  # the client's retry
+    assert [[r["run_key"] for r in line] for line in journal_lines(database)] == [["after-burst"], ["retried"]]
+
+    real_truncate = os.ftruncate
+    monkeypatch.setattr(os, "ftruncate", lambda fd, size: (_ for _ in ()).throw(OSError(5, "EIO")) if size == 0
+                        else real_truncate(fd, size))
+    assert database.flush() == 2 and not database.journal.pending
+    monkeypatch.setattr(os, "ftruncate", real_truncate)
+    keys = [r["run_key"] for r in stored_rows(database)]
+    assert keys == ["after-burst", "retried"]
+    store.ingest(database, [{**BASE, "run_key": "later"}])
+    assert [r["run_key"] for r in stored_rows(database)] == keys  # journaled, not yet flushed
+    with database.session() as s:  # a session flushes first: the stale file did not bring anything back
+        assert [k for (k,) in s.execute(sa.text("SELECT run_key FROM runs ORDER BY id"))] == [*keys, "later"]

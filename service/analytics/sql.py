@@ -288,8 +288,10 @@ def _run_duckdb(db: Database, sql: str, timeout_s: float, max_rows: int) -> tupl
     import duckdb
 
     db.flush()  # journaled runs into `runs` first: the query sees every acknowledged run
-    with db.engine.connect() as sa_conn:
-        con = sa_conn.connection.driver_connection.duplicate()  # own connection, same instance
+    # own connection, same instance; its pooled parent is held until the query is done (DuckDB
+    # closes a duplicate() with its parent, and the pool closes surplus connections it gets back)
+    parent = db.engine.connect()
+    con = parent.connection.driver_connection.duplicate()
     try:
         if con.execute("SELECT current_setting('enable_external_access')").fetchone()[0]:
             con.execute("SET enable_external_access = false")  # instance-wide, irreversible (see docstring)
@@ -331,6 +333,7 @@ def _run_duckdb(db: Database, sql: str, timeout_s: float, max_rows: int) -> tupl
         except Exception:  # noqa: BLE001 - no transaction open after an early refusal
             pass
         con.close()
+        parent.close()
     columns = [d[0] for d in description]
     is_json = [str(d[1]).upper() == "JSON" for d in description]
     rows = [[json_safe(_maybe_json(v) if is_json[i] else v) for i, v in enumerate(r)] for r in raw_rows]
