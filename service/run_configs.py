@@ -189,13 +189,11 @@ def rows(session: Session, size_range: tuple[float, float] | None = None,
     the given inclusive ranges (all groups without them): the stored rows, plus on DuckDB the
     runs past the watermark, aggregated on the fly and merged. Read-only."""
     conn = session.connection()
+    sql = f"SELECT {_COLS} FROM run_configs WHERE TRUE{_literal_window(size_range, nodes_range)}"
     if conn.dialect.name in LAZY_DIALECTS:  # the driver's fetchall: SQLAlchemy fetches DuckDB rows one by one
-        raw = conn.connection.driver_connection
-        values_list = raw.execute(f"SELECT {_COLS} FROM run_configs WHERE TRUE{_literal_window(size_range, nodes_range)}"
-                                  ).fetchall()
+        values_list = conn.connection.driver_connection.execute(sql).fetchall()
     else:
-        where, params = _window_sql(size_range, nodes_range)
-        values_list = conn.execute(sa.text(f"SELECT {_COLS} FROM run_configs WHERE TRUE{where}"), params).all()
+        values_list = conn.execute(sa.text(sql)).all()
     n_group = len(GROUP_FIELDS)
     # keyed by the GROUP_FIELDS values (config_key is their JSON text: the same groups)
     found = {values[1:1 + n_group]: dict(zip(COLUMNS, values)) for values in values_list}
@@ -207,17 +205,6 @@ def rows(session: Session, size_range: tuple[float, float] | None = None,
                 part["config_key"] = config_key(part)
                 found[key] = part
     return list(found.values())
-
-
-def _window_sql(size_range, nodes_range) -> tuple[str, dict[str, Any]]:
-    where, params = "", {}
-    if size_range:
-        where += " AND model_size_class BETWEEN :size_lo AND :size_hi"
-        params.update(size_lo=size_range[0], size_hi=size_range[1])
-    if nodes_range:
-        where += " AND nodes BETWEEN :nodes_lo AND :nodes_hi"
-        params.update(nodes_lo=nodes_range[0], nodes_hi=nodes_range[1])
-    return where, params
 
 
 def _best_sql(p: str, value: str) -> str:
