@@ -15,7 +15,12 @@ database), a `scalebook serve` subprocess on a free loopback port, then, all tim
 - single POSTs: S = min(500, N/2) one-run POSTs, latency p50/p99 in ms;
   both sent as the push client sends them (`Prefer: return=minimal`: the answer carries the ids,
   not the runs echoed back);
-- heatmap and recommend ("what worked on 8 nodes for 8B?"): median of 20 calls, ms.
+- heatmap and recommend ("what worked on 8 nodes for 8B?"): median of 20 calls, ms; also the
+  first call of each (`*_first_ms`: on DuckDB it aggregates every run, the later calls only the
+  runs stored since, service/analytics/kept.py);
+- then, after `stored_runs` is read, each query again right after a one-run POST, 10 times
+  (`*_after_post_ms`, median): the cost with writes arriving between reads (on DuckDB the read
+  also moves the journaled run into the file).
 The result is one JSON-able dict with those figures (see `run_bench`).
 """
 
@@ -288,7 +293,23 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def _median_ms(client: httpx.Client, path: str, params: dict[str, Any], calls: int) -> tuple[float, Any]:
+#: one-run POSTs each followed by a timed query (`*_after_post_ms`)
+AFTER_POST_CALLS = 10
+
+
+def _after_post_ms(client: httpx.Client, bodies: list[bytes], path: str, params: dict[str, Any]) -> float:
+    """Median ms of GET `path` each right after POSTing one of `bodies` (one run each; not timed)."""
+    times = []
+    for body in bodies:
+        resp = client.post("/api/v1/runs", content=body, headers=_POST_HEADERS)
+        if resp.status_code != 201:
+            raise BenchError(f"POST before {path} -> HTTP {resp.status_code}: {resp.text[:500]}")
+        times.append(_median_ms(client, path, params, 1)[1])
+    return statistics.median(times)
+
+
+def _median_ms(client: httpx.Client, path: str, params: dict[str, Any], calls: int) -> tuple[float, float, Any]:
+    """(first call ms, median ms, last body) of `calls` GETs of `path`."""
     times, body = [], None
     for _ in range(calls):
         t0 = time.perf_counter()
@@ -297,7 +318,7 @@ def _median_ms(client: httpx.Client, path: str, params: dict[str, Any], calls: i
         if resp.status_code != 200:
             raise BenchError(f"GET {path} -> HTTP {resp.status_code}: {resp.text[:500]}")
         body = resp.json()
-    return statistics.median(times), body
+    return times[0], statistics.median(times), body
 
 
 #: what the push client (ingest/client.py) sends: the answer is {ids, created, existing}
@@ -338,8 +359,11 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
     """Run the benchmark; returns the result dict (times in ms, rates in runs/s).
 
     Keys: backend, stored_runs, ingest_batch_runs_per_s, ingest_single_post_p50_ms,
-    ingest_single_post_p99_ms, heatmap_ms, recommend_ms, plus runs, machine, database (when kept),
-    generate_s, heatmap_cells, recommend_candidates. Raises BenchError.
+    ingest_single_post_p99_ms, heatmap_ms, recommend_ms, plus heatmap_first_ms,
+    recommend_first_ms, heatmap_after_post_ms, recommend_after_post_ms (see the module
+    docstring), runs, machine, database (when kept), generate_s, heatmap_cells,
+    recommend_candidates. `stored_runs` is read before the after-post calls, which store
+    2 × AFTER_POST_CALLS more runs. Raises BenchError.
     """
     workdir = Path(tempfile.mkdtemp(prefix="scalebook-bench-"))
     url, drop = _create_database(backend, pg_url, workdir)
@@ -354,6 +378,8 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
             batch = [next(runs) for _ in range(min(BATCH, n_batched - start))]
             payloads.append(json.dumps({"runs": batch}).encode())
         singles = [json.dumps(r).encode() for r in runs]
+        interleaved = [json.dumps(r).encode() for r in generate_runs(2 * AFTER_POST_CALLS, seed + 1,
+                                                                     prefix=f"bench{seed}-after", templates=templates)]
         generate_s = time.perf_counter() - t0
         log(f"generated {n} runs in {generate_s:.1f}s; starting scalebook serve on {backend}")
         with Server(url, workdir / "serve.log") as server:
@@ -373,11 +399,15 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
                     if resp.status_code != 201:
                         raise BenchError(f"single POST -> HTTP {resp.status_code}: {resp.text[:500]}")
                 log(f"single POST: p50 {_percentile(lat, 0.5):.2f} ms, p99 {_percentile(lat, 0.99):.2f} ms")
-                heat_ms, heat = _median_ms(client, "/api/v1/heatmap", {}, query_calls)
+                heat_first, heat_ms, heat = _median_ms(client, "/api/v1/heatmap", {}, query_calls)
                 target = {"model_params": "8B", "nodes": 8, "gpus_per_node": 8}
-                rec_ms, rec = _median_ms(client, "/api/v1/recommend", target, query_calls)
-                log(f"heatmap {heat_ms:.1f} ms ({len(heat['cells'])} cells); recommend {rec_ms:.1f} ms")
+                rec_first, rec_ms, rec = _median_ms(client, "/api/v1/recommend", target, query_calls)
+                log(f"heatmap {heat_ms:.1f} ms ({len(heat['cells'])} cells; first call {heat_first:.1f}); "
+                    f"recommend {rec_ms:.1f} ms (first call {rec_first:.1f})")
                 stored = client.get("/api/v1/health").json()["runs"]
+                heat_after = _after_post_ms(client, interleaved[:AFTER_POST_CALLS], "/api/v1/heatmap", {})
+                rec_after = _after_post_ms(client, interleaved[AFTER_POST_CALLS:], "/api/v1/recommend", target)
+                log(f"right after a one-run POST: heatmap {heat_after:.1f} ms, recommend {rec_after:.1f} ms")
         return {
             "backend": backend,
             "stored_runs": stored,
@@ -386,6 +416,10 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
             "ingest_single_post_p99_ms": round(_percentile(lat, 0.99), 3) if lat else None,
             "heatmap_ms": round(heat_ms, 3),
             "recommend_ms": round(rec_ms, 3),
+            "heatmap_first_ms": round(heat_first, 3),
+            "recommend_first_ms": round(rec_first, 3),
+            "heatmap_after_post_ms": round(heat_after, 3),
+            "recommend_after_post_ms": round(rec_after, 3),
             "runs": n,
             "batched_runs": n_batched,
             "single_posts": n_single,

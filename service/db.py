@@ -32,6 +32,7 @@ from sqlalchemy.dialects import registry
 from sqlalchemy.orm import Session
 
 from service import journal as ingest_journal
+from service.analytics.kept import KeptAggregates
 from service.errors import Conflict, DatabaseUnavailable, ScalebookError, StaleSchema
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
@@ -208,6 +209,21 @@ class Database:
                 shared.journal = self._open_journal()
                 shared.opened = True
         return shared.journal
+
+    @property
+    def kept(self) -> KeptAggregates | None:
+        """The file's analytics aggregates kept in memory and current by id watermark
+        (service/analytics/kept.py: the heatmap, the recommender's evidence and recorded OOMs),
+        shared by every Database of the file in this process; None on PostgreSQL and in-memory
+        DuckDB, which aggregate on every request."""
+        shared = self._shared
+        if shared is None:
+            return None
+        if shared.kept is None:
+            with shared.lock:
+                if shared.kept is None:
+                    shared.kept = KeptAggregates()
+        return shared.kept
 
     def _open_journal(self) -> ingest_journal.IngestJournal | None:
         path = ingest_journal.journal_path(self._file)

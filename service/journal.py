@@ -192,6 +192,7 @@ class Shared:
         self.journal: IngestJournal | None = None
         self.opened = False
         self.users = 0
+        self.kept: Any = None  # service.analytics.kept.KeptAggregates, made on first use
 
 
 _SHARED: dict[str, Shared] = {}

@@ -85,7 +85,8 @@ class HeatmapFilters:
         return conds
 
 
-def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per_sec_per_gpu") -> list[dict[str, Any]]:
+def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per_sec_per_gpu",
+            kept: Any = None) -> list[dict[str, Any]]:
     """All cells, sorted by (model_size_class, nodes).
 
     Returns [{"model_size_class": float (billions), "nodes": int, "best": {column: value} | None
@@ -98,8 +99,16 @@ def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per
     - PostgreSQL: counts per cell, then a LATERAL top-1 per cell that walks the partial index
       `ix_runs_best_tps` / `ix_runs_best_mfu` (status = 'success'; migration 0003) — a few index
       entries per cell instead of every successful run.
+    `kept` (a DuckDB file's KeptAggregates, `Database.kept`): the same cells from the heatmap
+    kept in memory and current by id watermark (service/analytics/heatmap_summary.py), which
+    aggregates only the runs stored since the previous request. Pass it from read sessions only:
+    runs a session has written but not committed would be merged in.
     """
     value = metric_expr(metric)
+    if kept is not None and session.get_bind().dialect.name == "duckdb":
+        from service.analytics import heatmap_summary
+
+        return heatmap_summary.cells(kept, session, filters, metric)
     conds = filters.conditions()
     dialect = session.get_bind().dialect.name
     if dialect == "duckdb":

@@ -104,10 +104,15 @@ def _log_ratio(a: float | None, b: float | None) -> float:
 
 
 def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu",
-              memory_check: bool = True) -> list[dict[str, Any]]:
+              memory_check: bool = True, kept: Any = None) -> list[dict[str, Any]]:
     """Up to k candidates, best first: exact recorded matches by metric, then adapted neighbours by
     distance. Each candidate: config, recorded metrics, evidence (run ids, count, spread), distance,
-    match ("exact" | "adapted"), memory check, why and risk. Raises BadRequest on a bad target."""
+    match ("exact" | "adapted"), memory check, why and risk. Raises BadRequest on a bad target.
+
+    `kept` (a DuckDB file's KeptAggregates, `Database.kept`; read sessions only): the recorded
+    OOMs and the candidates' evidence are kept in memory and current by id watermark
+    (service/analytics/kept.py), so a request reads only the runs stored since the previous one.
+    The configuration groups come from run_configs either way."""
     if target.nodes < 1 or target.gpus_per_node < 1:
         raise BadRequest("nodes and gpus_per_node must be >= 1",
                          [{"field": "nodes", "value": target.nodes, "message": "must be >= 1"}])
@@ -116,7 +121,7 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
     value = metric_expr(metric)
     p = "tps" if metric == "tokens_per_sec_per_gpu" else "mfu"
     rows = _groups(session, size_class, target)
-    ooms = _recorded_ooms(session, size_class)
+    ooms = _recorded_ooms(session, size_class, kept)
 
     # every group's adapted config and rank (cheap), then the full candidate only for the
     # first configs that survive the OOM and memory checks
@@ -162,7 +167,7 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
         out.append(cand)
         if len(out) >= k:
             break
-    _fill_evidence(session, value, out)
+    _fill_evidence(session, value, out, kept, metric)
     return out
 
 
@@ -211,19 +216,38 @@ def _inline_for_duckdb(session: Session, query: sa.Select) -> sa.Executable:
     return sa.text(str(query.compile(dialect=dialect, compile_kwargs={"literal_binds": True})))
 
 
-def _fill_evidence(session: Session, value, candidates: list[dict[str, Any]]) -> None:
+def _fill_evidence(session: Session, value, candidates: list[dict[str, Any]], kept: Any = None,
+                   metric: str = "") -> None:
     """For the returned candidates only: evidence.source_run_ids (the group's first 20 runs, best
     first) and evidence.spread (min, max and population stdev of the metric over the group's
-    runs, None without values), from one query over the runs of their groups."""
+    runs, None without values), from one query over the runs of their groups (kept: merged with
+    the runs stored since the previous request for the same groups)."""
     groups = {tuple(c["_group"][f] for f in GROUP_FIELDS): c["_group"] for c in candidates}
-    runs: dict[tuple, list[tuple]] = {}
-    if groups:
+
+    def aggregate(id_range: list[sa.ColumnElement]) -> dict[tuple, list[tuple]]:
+        """{group key: [(metric missing, -metric, run id)]} of the groups' successful runs."""
+        found: dict[tuple, list[tuple]] = {}
+        if not groups:
+            return found
         exact = sa.or_(*[sa.and_(*[(col.is_(None) if g[f] is None else col == g[f])
                                    for f, col in zip(GROUP_FIELDS, _group_cols())]) for g in groups.values()])
         query = sa.select(*_group_cols(), Run.id, value.label("value")).where(
-            Run.status == "success", Run.tp.is_not(None), exact)
+            Run.status == "success", Run.tp.is_not(None), exact, *id_range)
         for r in session.execute(_inline_for_duckdb(session, query)).all():
-            runs.setdefault(tuple(r[:len(GROUP_FIELDS)]), []).append((r.value is None, -(r.value or 0.0), r.id))
+            found.setdefault(tuple(r[:len(GROUP_FIELDS)]), []).append((r.value is None, -(r.value or 0.0), r.id))
+        return found
+
+    def merge(old: dict[tuple, list[tuple]] | None, new: dict[tuple, list[tuple]]) -> dict[tuple, list[tuple]]:
+        if old is None:
+            return new
+        for key, entries in new.items():
+            old.setdefault(key, []).extend(entries)
+        return old
+
+    if kept is not None and session.get_bind().dialect.name == "duckdb":
+        runs = kept.get(session, ("evidence", metric, frozenset(groups)), aggregate, merge)
+    else:
+        runs = aggregate([])
     for cand in candidates:
         g = cand.pop("_group")
         ranked = sorted(runs.get(tuple(g[f] for f in GROUP_FIELDS), []))
@@ -293,14 +317,25 @@ def _candidate(g: dict[str, Any], target: Target, target_gpu: str | None, config
     }
 
 
-def _recorded_ooms(session: Session, size_class: float | None) -> list[dict[str, Any]]:
+def _recorded_ooms(session: Session, size_class: float | None, kept: Any = None) -> list[dict[str, Any]]:
+    """The distinct sharding configs (tp, pp, cp, zero_stage, micro_batch_size, recompute,
+    seq_len, dp) of the recorded OOMs of this model size class (kept: merged with the OOMs stored
+    since the previous request for the size class)."""
     if size_class is None:
         return []
-    query = (sa.select(Run.tp, Run.pp, Run.cp, Run.zero_stage, Run.micro_batch_size, Run.recompute, Run.seq_len, Run.dp)
-             .where(Run.status == sa.literal_column("'oom'"),  # inlined: partial index ix_runs_oom
-                    Run.model_size_class == size_class).distinct())
-    rows = session.execute(_inline_for_duckdb(session, query)).mappings().all()
-    return [dict(r) for r in rows]
+    fields = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute", "seq_len", "dp")
+
+    def aggregate(id_range: list[sa.ColumnElement]) -> set[tuple]:
+        query = (sa.select(*(getattr(Run, f) for f in fields))
+                 .where(Run.status == sa.literal_column("'oom'"),  # inlined: partial index ix_runs_oom
+                        Run.model_size_class == size_class, *id_range).distinct())
+        return {tuple(r) for r in session.execute(_inline_for_duckdb(session, query)).all()}
+
+    if kept is not None and session.get_bind().dialect.name == "duckdb":
+        configs = kept.get(session, ("ooms", size_class), aggregate, lambda old, new: new if old is None else old | new)
+    else:
+        configs = aggregate([])
+    return [dict(zip(fields, c)) for c in configs]
 
 
 def _blocked_by_oom(cand: dict[str, Any], size_class: float | None, ooms: list[dict[str, Any]]) -> bool:

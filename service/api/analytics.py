@@ -70,6 +70,7 @@ def _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, start
 
 @router.get("/heatmap", response_model=Heatmap, dependencies=[READ])
 def heatmap(
+    db: DatabaseDep,
     session: SessionDep,
     metric: Metric = "tokens_per_sec_per_gpu",
     gpu_type: Annotated[str | None, Query(max_length=100)] = None,
@@ -92,7 +93,7 @@ def heatmap(
     other failed runs; a cell with only failures has `best: null`.
     """
     filters = _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, started_after, started_before)
-    cells = hm.heatmap(session, filters, metric)
+    cells = hm.heatmap(session, filters, metric, kept=db.kept)
     return model_response(Heatmap, {"metric": metric, "cells": [
         {**c, "config_label": hm.config_label(c["best"]) if c["best"] else None} for c in cells]})
 
@@ -144,6 +145,7 @@ class Recommendation(BaseModel):
 @router.get("/recommend", response_model=Recommendation, responses={400: {"model": ErrorBody}},
             dependencies=[READ])
 def recommend(
+    db: DatabaseDep,
     session: SessionDep,
     model_params: Annotated[str, Query(min_length=1, max_length=40, description="8B | 1.34B | 8e9 | 8030261248")],
     nodes: Annotated[int, Query(ge=1, le=100_000)],
@@ -172,7 +174,7 @@ def recommend(
                         gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens,
                         num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
                         num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size)
-    candidates = rec.recommend(session, target, k=k, metric=metric)
+    candidates = rec.recommend(session, target, k=k, metric=metric, kept=db.kept)
     return model_response(Recommendation, {"target": {**target.__dict__, "world_size": target.world_size,
                                                       "model_size_class": rec.model_size_class(target.model_params)},
                                            "candidates": candidates})
