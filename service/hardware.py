@@ -10,6 +10,7 @@ callers can store the reported string and say the MFU could not be derived.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -147,8 +148,11 @@ def canonical_precision(precision: str | None) -> str | None:
     return p
 
 
+@functools.lru_cache(maxsize=4096)
 def lookup(gpu_type: str | None) -> Accelerator | None:
-    """The catalog entry for a canonical name or any alias ("h100_80gb", "DGX-H100"); None if unknown."""
+    """The catalog entry for a canonical name or any alias ("h100_80gb", "DGX-H100"); None if unknown.
+    Cached per name: the catalog is fixed, and every ingested run looks its GPU up (the alias
+    patterns are regular expressions tried in turn)."""
     if not gpu_type:
         return None
     key = gpu_type.strip().lower()
