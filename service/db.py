@@ -72,6 +72,22 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+@contextlib.contextmanager
+def _domain_errors() -> Iterator[None]:
+    """Database errors as domain errors: unique violations → Conflict, connection and other
+    driver errors → DatabaseUnavailable; domain errors pass through."""
+    try:
+        yield
+    except ScalebookError:
+        raise
+    except IntegrityError as exc:
+        raise Conflict(f"the database refused the write: {exc.orig}") from exc
+    except OperationalError as exc:
+        raise DatabaseUnavailable(f"database error: {exc.orig}") from exc
+    except DBAPIError as exc:
+        raise DatabaseUnavailable(f"database error: {exc.orig}") from exc
+
+
 class Database:
     """One database: its engine, dialect, write lock and schema helpers."""
 
@@ -127,25 +143,20 @@ class Database:
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[Session]:
-        with Session(self.engine, expire_on_commit=False) as session:
+        with _domain_errors(), Session(self.engine, expire_on_commit=False) as session:
             try:
                 yield session
                 session.commit()
-            except ScalebookError:
-                session.rollback()
-                raise
-            except IntegrityError as exc:
-                session.rollback()
-                raise Conflict(f"the database refused the write: {exc.orig}") from exc
-            except OperationalError as exc:
-                session.rollback()
-                raise DatabaseUnavailable(f"database error: {exc.orig}") from exc
-            except DBAPIError as exc:
-                session.rollback()
-                raise DatabaseUnavailable(f"database error: {exc.orig}") from exc
             except BaseException:
                 session.rollback()
                 raise
+
+    @contextlib.contextmanager
+    def autocommit(self) -> Iterator[sa.Connection]:
+        """PostgreSQL: a pooled Connection in autocommit mode, for a write that is one statement
+        (its own transaction: no BEGIN or COMMIT round trips). Errors as `session` raises them."""
+        with _domain_errors(), self.engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     # -- schema -------------------------------------------------------------------------
     def upgrade(self, revision: str = "head") -> None:

@@ -148,6 +148,9 @@ def ingest(db: Any, payloads: list[Any], *, wait: bool = True) -> tuple[list[Any
     ids, are made durable in the journal (one appended line, fdatasync) and are answered from
     memory; they reach `runs` at the next flush. Same answers and errors as `store_runs`.
 
+    On PostgreSQL a request of one run is stored by `store_one_pg.store_one` in one autocommit
+    statement (runs and run_configs together); a run_key already stored takes the checked path.
+
     `wait=False` (for the event loop): only a journal write that needs no waiting — the write
     lock free, no flush due, the keys new; otherwise None, and nothing was written (validation
     errors are raised as always). A journal write blocks ~1 ms: a key lookup and an fdatasync.
@@ -168,6 +171,14 @@ def ingest(db: Any, payloads: list[Any], *, wait: bool = True) -> tuple[list[Any
             return _store_rows(session, rows, bulk=False)
     if not wait:
         return None
+    if db.dialect == "postgresql" and len(payloads) == 1:
+        from service import store_one_pg  # one new run: one autocommit statement
+
+        rows = validate_records(payloads)
+        if store_one_pg.store_one(db, rows[0]) is not None:
+            return [StoredRun(rows[0])], 1, 0
+        with db.session(write=True) as session:  # stored already: a retry or a conflict
+            return _store_rows(session, rows, bulk=False)
     with db.session(write=True) as session:
         return store_runs(session, payloads, bulk=len(payloads) > SMALL_INSERT)
 

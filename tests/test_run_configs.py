@@ -191,3 +191,33 @@ def test_cli_rebuild_configs_after_an_outside_delete(database, monkeypatch):
     assert result.exit_code == 0, result.output
     assert f"{len(reference(database))} configurations" in result.output
     assert summary(database) == reference(database)
+
+
+def test_single_run_requests_store_runs_and_summary_together(database):
+    """store.ingest of one run — on PostgreSQL one autocommit statement writing runs and
+    run_configs (service/store_one_pg.py), on DuckDB the ingest journal: every run stored once,
+    the summary equal to the reference; a resend answers 'existing', changed content 409, and
+    two threads sending the same new run at once store it once (one 'created', one 'existing')."""
+    from service.errors import Conflict
+
+    runs = list(benchtool.generate_runs(120, seed=16, prefix="cfgone"))
+    answers = [store.ingest(database, [r]) for r in runs[:100]]
+    assert [(created, existing) for _, created, existing in answers] == [(1, 0)] * 100
+    ids = [stored[0].id for stored, _, _ in answers]
+    assert ids == sorted(ids) and len(set(ids)) == 100
+    again, created, existing = store.ingest(database, [runs[5]])
+    assert (created, existing) == (0, 1) and again[0].id == ids[5]
+    with pytest.raises(Conflict):
+        store.ingest(database, [{**runs[5], "nodes": runs[5]["nodes"] * 2}])
+
+    def send(run):
+        return store.ingest(database, [run])[1:]
+
+    for run in runs[100:]:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            outcomes = sorted(pool.map(send, [run, dict(run)]))
+        assert outcomes == [(0, 1), (1, 0)]
+    with database.session() as s:
+        stored = s.execute(sa.text("SELECT run_key, count(*) FROM runs GROUP BY run_key")).all()
+    assert len(stored) == 120 and {n for _, n in stored} == {1}
+    assert summary(database) == reference(database)
