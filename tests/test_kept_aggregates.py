@@ -218,3 +218,99 @@ def test_recommend_with_kept_evidence_and_ooms_equals_a_fresh_read(database):
         assert n_candidates > 0
     if database.is_duckdb:
         assert {k[0] for k in database.kept.keys()} == {"ooms", "evidence"}
+
+
+@pytest.mark.parametrize("backend", ["duckdb"])
+def test_a_kept_value_already_answered_is_never_changed(database):
+    """Merges build new values: a value handed to one request stays as it was while a later
+    request merges newer runs (the request may still be reading it)."""
+    import copy
+
+    from service.analytics import recommend as rec
+
+    runs = list(benchtool.generate_runs(900, seed=26, prefix="hmcow"))
+    with database.session(write=True) as s:
+        store.store_runs(s, runs[:600], bulk=True)
+    target = rec.Target(model_params=rec.parse_model_params("8B"), nodes=8)
+
+    def kept_values():
+        answered(database, hm.HeatmapFilters(), "mfu", summary=True)
+        with database.session() as s:
+            rec.recommend(s, target, kept=database.kept)
+        return {key: database.kept._entries[key[0]][key].value for key in database.kept.keys()}
+
+    first = kept_values()
+    frozen = copy.deepcopy(first)
+    with database.session(write=True) as s:
+        store.store_runs(s, runs[600:], bulk=True)
+    second = kept_values()
+    assert first == frozen  # untouched by the merges of the second round
+    assert any(second[key] != first[key] for key in first if key in second)
+
+
+@pytest.mark.parametrize("backend", ["duckdb"])
+def test_no_request_waits_for_a_connection_while_holding_a_kept_lock(database):
+    """Every pooled connection held by requests that are about to read kept aggregates, and a
+    heatmap request without a connection yet: all finish (none holds a lock while it waits for
+    the pool, which would deadlock until the pool's 30 s timeout)."""
+    import threading
+
+    from service.analytics import recommend as rec
+
+    with database.session(write=True) as s:
+        store.store_runs(s, list(benchtool.generate_runs(500, seed=27, prefix="hmpool")), bulk=True)
+    holders = database.engine.pool.size() + database.engine.pool._max_overflow
+    ready, go, errors = threading.Barrier(holders + 1), threading.Event(), []
+
+    def holding_a_connection():
+        try:
+            with database.session() as s:
+                s.execute(sa.text("SELECT 1"))
+                ready.wait()
+                go.wait(timeout=60)
+                rec._recorded_ooms(s, 8.0, database.kept)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def heatmap_request():
+        try:
+            answered(database, hm.HeatmapFilters(), "mfu", summary=True)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=holding_a_connection) for _ in range(holders)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    heat = threading.Thread(target=heatmap_request)
+    heat.start()
+    import time
+
+    time.sleep(0.3)  # the heatmap request is now waiting for a connection
+    go.set()
+    for t in [*threads, heat]:
+        t.join(timeout=25)
+    assert not any(t.is_alive() for t in [*threads, heat]) and errors == []
+
+
+@pytest.mark.parametrize("backend", ["duckdb"])
+def test_a_session_older_than_the_kept_aggregate_gets_its_own_snapshot(database):
+    """A request whose snapshot predates the kept heatmap (a concurrent request stored runs and
+    moved it on) answers as of its own snapshot, and the kept heatmap stays at the newer id."""
+    runs = list(benchtool.generate_runs(500, seed=28, prefix="hmold"))
+    with database.session(write=True) as s:
+        store.store_runs(s, runs[:300], bulk=True)
+    filters = hm.HeatmapFilters()
+    with database.session() as old:
+        old.execute(sa.text("SELECT count(*) FROM runs")).scalar()  # the snapshot is taken here
+        with database.session(write=True) as s:
+            store.store_runs(s, runs[300:], bulk=True)
+        newer = answered(database, filters, "tokens_per_sec_per_gpu", summary=True)
+        key = next(k for k in database.kept.keys() if k[0] == "heatmap")
+        mark = database.kept.watermark(key)
+        mine = hm.heatmap(old, filters, kept=database.kept)
+        assert mine == hm.heatmap(old, filters) != newer
+        assert sum(c["n_success"] + c["n_oom"] + c["n_failed"] for c in mine) < \
+            sum(c["n_success"] + c["n_oom"] + c["n_failed"] for c in newer)
+    assert database.kept.watermark(key) == mark
+    assert answered(database, filters, "tokens_per_sec_per_gpu", summary=True) == newer

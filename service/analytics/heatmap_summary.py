@@ -45,16 +45,19 @@ def cells(kept: KeptAggregates, session: Session, filters: hm.HeatmapFilters, me
                                                 "n_all": int(r.n_all), "best": best.get(r.best_id)} for r in rows}
 
     def merge(old: Cells | None, new: Cells) -> Cells:
+        """A new Cells: `old` may be in use by another request and is not changed."""
         if old is None:
             return new
+        out = dict(old)
         for key, part in new.items():
-            cell = old.setdefault(key, {"n_success": 0, "n_oom": 0, "n_all": 0, "best": None})
+            cell = dict(out.get(key) or {"n_success": 0, "n_oom": 0, "n_all": 0, "best": None})
             for count in ("n_success", "n_oom", "n_all"):
                 cell[count] += part[count]
             if part["best"] is not None and (
                     cell["best"] is None or rank_key(part["best"], metric) < rank_key(cell["best"], metric)):
                 cell["best"] = part["best"]
-        return old
+            out[key] = cell
+        return out
 
     kept_cells = kept.get(session, ("heatmap", metric, astuple(filters)), aggregate, merge)
     return [{"model_size_class": msc, "nodes": nodes, "best": c["best"], "n_success": c["n_success"],

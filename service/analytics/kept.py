@@ -38,14 +38,15 @@ from service.tables import Run
 
 T = TypeVar("T")
 
-#: aggregates kept; the least recently used is dropped beyond this
-MAX_ENTRIES = 256
+#: aggregates kept per kind (the key's first element: "heatmap", "evidence", "ooms"); the least
+#: recently used of a kind is dropped beyond this, so one kind cannot push out another
+MAX_ENTRIES = 128
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Entry:
     """An aggregate current to `watermark`; `n_through` = runs (any kind) with id <= watermark
-    when it was set."""
+    when it was set. Never changed once made: a request that reads it keeps a consistent value."""
 
     value: Any = None
     watermark: int = 0
@@ -53,12 +54,14 @@ class _Entry:
 
 
 class KeptAggregates:
-    """Aggregates over `runs`, each under a key, kept current by id watermark. Thread-safe: one
-    lock around a request's read-and-merge (so no runs are merged twice)."""
+    """Aggregates over `runs`, each under a key, kept current by id watermark. Thread-safe: a lock
+    per key around a request's read-and-merge (so no runs are merged twice), and no lock is held
+    while waiting for a database connection."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._lock = threading.Lock()  # guards the dicts below, never held during SQL
+        self._entries: dict[Any, OrderedDict[tuple, _Entry]] = {}
+        self._key_locks: dict[tuple, threading.Lock] = {}
         self._max = max_entries
 
     def clear(self) -> None:
@@ -67,40 +70,62 @@ class KeptAggregates:
             self._entries.clear()
 
     def keys(self) -> list[tuple]:
-        """The keys kept, least recently used first."""
+        """The keys kept, per kind least recently used first."""
         with self._lock:
-            return list(self._entries)
+            return [key for kind in self._entries.values() for key in kind]
 
     def watermark(self, key: tuple) -> int | None:
         """The id the aggregate under `key` is current to; None when none is kept."""
         with self._lock:
-            entry = self._entries.get(key)
+            entry = self._entries.get(key[0], {}).get(key)
             return entry.watermark if entry is not None else None
 
     def get(self, session: Session, key: tuple, aggregate: Callable[[list[sa.ColumnElement]], T],
             merge: Callable[[T | None, T], T]) -> T:
-        """The aggregate under `key` as of `session`'s snapshot.
+        """The aggregate under `key` (a tuple whose first element names its kind) as of
+        `session`'s snapshot.
 
         `aggregate(conds)` computes it over the runs matching `conds` (an id range, as SQL
         conditions on `runs.id` with number literals, which DuckDB prunes row groups by) in
-        `session`; `merge(kept, new)` combines a kept value (None at first) with one over later
-        runs and may update `kept` in place. Call from read sessions only: runs a session has
-        written but not committed would be merged in. Database errors pass through as the
-        session raises them; the aggregate is then dropped and computed afresh by the next call.
+        `session`; `merge(kept, new)` returns the combination of a kept value (None at first)
+        with one over later runs, as a new value: `kept` may be in use by other requests and
+        must not be changed. Call from read sessions only: runs a session has written but not
+        committed would be merged in. Database errors pass through as the session raises them;
+        the kept aggregate is then unchanged.
+
+        A session whose snapshot is older than the kept aggregate (a concurrent request moved it
+        on after this session's first read) gets a full aggregate of its own snapshot, and the
+        kept one stays.
         """
+        conn = session.connection()  # before any lock: never wait for a pooled connection holding one
         with self._lock:
-            entry = self._entries.pop(key, None) or _Entry()
-            newest, n_runs, n_through = session.connection().execute(sa.select(
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._lock:
+                entry = self._entries.get(key[0], {}).get(key) or _Entry()
+            newest, n_runs, n_through = conn.execute(sa.select(
                 sa.func.max(Run.id), sa.func.count(), sa.func.count().filter(Run.id <= entry.watermark))).one()
+            newest = int(newest or 0)
+            if newest < entry.watermark:  # an older snapshot (or the newest runs deleted outside)
+                return merge(None, aggregate(self._id_range(0, newest)))
             if n_through != entry.n_through:  # runs up to the watermark changed outside scalebook
                 entry = _Entry()
-            if entry.value is None or (newest is not None and newest > entry.watermark):
-                upper = int(newest or 0)
-                part = aggregate([Run.id > sa.literal_column(str(int(entry.watermark))),
-                                  Run.id <= sa.literal_column(str(upper))])
-                entry = _Entry(merge(entry.value, part), upper, n_runs)
-            entry.n_through = n_runs  # every run of this snapshot has id <= newest
-            self._entries[key] = entry
-            while len(self._entries) > self._max:
-                self._entries.popitem(last=False)
-            return entry.value
+            value = entry.value
+            if value is None or newest > entry.watermark:
+                value = merge(value, aggregate(self._id_range(entry.watermark, newest)))
+            self._put(key, _Entry(value, newest, n_runs))  # every run of this snapshot has id <= newest
+            return value
+
+    @staticmethod
+    def _id_range(after: int, through: int) -> list[sa.ColumnElement]:
+        """`after < runs.id <= through` with the bounds as number literals."""
+        return [Run.id > sa.literal_column(str(int(after))), Run.id <= sa.literal_column(str(int(through)))]
+
+    def _put(self, key: tuple, entry: _Entry) -> None:
+        with self._lock:
+            kind = self._entries.setdefault(key[0], OrderedDict())
+            kind[key] = entry
+            kind.move_to_end(key)
+            while len(kind) > self._max:
+                old, _ = kind.popitem(last=False)
+                self._key_locks.pop(old, None)

@@ -238,11 +238,13 @@ def _fill_evidence(session: Session, value, candidates: list[dict[str, Any]], ke
         return found
 
     def merge(old: dict[tuple, list[tuple]] | None, new: dict[tuple, list[tuple]]) -> dict[tuple, list[tuple]]:
+        """A new dict of new lists: `old` may be in use by another request and is not changed."""
         if old is None:
             return new
+        out = dict(old)
         for key, entries in new.items():
-            old.setdefault(key, []).extend(entries)
-        return old
+            out[key] = out.get(key, []) + entries
+        return out
 
     if kept is not None and session.get_bind().dialect.name == "duckdb":
         runs = kept.get(session, ("evidence", metric, frozenset(groups)), aggregate, merge)
