@@ -326,19 +326,26 @@ def _insert_or_skip_pg(n: int) -> str:
             "ON CONFLICT (run_key) DO NOTHING RETURNING run_key, id")
 
 
-def _insert_small_pg(session: Session, by_key: dict[str, dict[str, Any]],
-                     order: list[str]) -> tuple[list[dict], dict[str, str]]:
-    """PostgreSQL, a few runs: one `INSERT … ON CONFLICT (run_key) DO NOTHING RETURNING` (ids from
-    the column default). Keys it skipped are stored already — by an earlier or a concurrent
-    request — and are checked for changed content (409) afterwards. One round trip for new runs."""
+def insert_params_pg(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The parameters of `_insert_or_skip_pg(len(rows))` (`<column>_<row>`, extra as JSON text),
+    after setting each row's ingested_at to now (naive UTC)."""
     now = datetime.now(UTC).replace(tzinfo=None)
     params: dict[str, Any] = {}
-    for i, r in enumerate(by_key.values()):
+    for i, r in enumerate(rows):
         r["ingested_at"] = now
         for c in INSERT_COLUMNS:
             params[f"{c}_{i}"] = r.get(c)
         if params[f"extra_{i}"] is not None:
             params[f"extra_{i}"] = json.dumps(params[f"extra_{i}"])
+    return params
+
+
+def _insert_small_pg(session: Session, by_key: dict[str, dict[str, Any]],
+                     order: list[str]) -> tuple[list[dict], dict[str, str]]:
+    """PostgreSQL, a few runs: one `INSERT … ON CONFLICT (run_key) DO NOTHING RETURNING` (ids from
+    the column default). Keys it skipped are stored already — by an earlier or a concurrent
+    request — and are checked for changed content (409) afterwards. One round trip for new runs."""
+    params = insert_params_pg(list(by_key.values()))
     result = session.connection().exec_driver_sql(_insert_or_skip_pg(len(by_key)), params)
     inserted = {key: run_id for key, run_id in result}
     skipped = [k for k in by_key if k not in inserted]

@@ -18,8 +18,6 @@ different content), exactly as for a batch.
 from __future__ import annotations
 
 import functools
-import json
-from datetime import UTC, datetime
 from typing import Any
 
 from service import run_configs
@@ -45,12 +43,9 @@ def store_one(db: Any, row: dict[str, Any]) -> int | None:
     PostgreSQL `db` (a service.db.Database); sets its `id` and `ingested_at` and returns the id,
     or None when its run_key is stored already (nothing written). Raises DatabaseUnavailable,
     or Conflict for a violation other than the run_key's, as Database.session does."""
-    from service.store import INSERT_COLUMNS
+    from service.store import insert_params_pg
 
-    row["ingested_at"] = datetime.now(UTC).replace(tzinfo=None)
-    params = {f"{c}_0": row.get(c) for c in INSERT_COLUMNS}
-    if params["extra_0"] is not None:
-        params["extra_0"] = json.dumps(params["extra_0"])
+    params = insert_params_pg([row])
     groups = run_configs.partials([{**row, "id": 0}])  # 0: the best-run ids are ins.id in SQL
     for group in groups.values():
         params.update({f"cfg_{c}": v for c, v in group.items()})
