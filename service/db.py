@@ -4,10 +4,10 @@
   serialised by a lock (DuckDB's optimistic concurrency would otherwise abort concurrent
   appends to the same table), shared by every `Database` of the file.
 - `Database.session()` is the only place that commits: it commits on success, rolls back on
-  any error and turns driver errors into domain errors (service/errors.py).
-- A DuckDB file has an ingest journal (service/journal.py): small writes are group-committed.
-  `session()` first moves journaled runs into `runs` (`flush()`), so every session sees every
-  acknowledged run; `prepare()` replays what a crash left; `dispose()` flushes.
+  any error and turns driver errors into domain errors (service/errors.py): a unique violation
+  is Conflict (409), a lost connection, lock timeout or serialisation failure DatabaseUnavailable
+  (503, worth a retry), anything else DatabaseError (500, our bug, logged by the API).
+- Durability is the database's own commit; nothing is buffered or cached here.
 - `upgrade()` runs the Alembic migrations to head; `check_schema()` raises `StaleSchema` with the
   command that fixes it.
 """
@@ -27,13 +27,11 @@ from alembic.config import Config
 from alembic.ddl.impl import DefaultImpl
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.dialects import registry
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session
 
-from service import journal as ingest_journal
-from service.analytics.kept import KeptAggregates
-from service.errors import Conflict, DatabaseUnavailable, ScalebookError, StaleSchema
+from service.errors import Conflict, DatabaseError, DatabaseUnavailable, ScalebookError, StaleSchema
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -72,45 +70,67 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+#: SQLSTATE classes/codes that mean "the database is lost or overloaded; retry later" (PostgreSQL
+#: appendix A): connection exceptions (08), serialisation failure and deadlock (40001, 40P01),
+#: lock not available (55P03), insufficient resources (53: disk full, out of memory, too many
+#: connections), operator intervention (57P01–57P05: shutdown, cannot connect now).
+_RETRYABLE_SQLSTATE_PREFIXES = ("08", "40001", "40P01", "55P03", "53", "57P0")
+#: DuckDB exception classes of the same kind: I/O, lost connection, a write-write conflict.
+_RETRYABLE_DUCKDB = ("IOException", "ConnectionException", "TransactionException")
+
+
+def is_retryable(exc: DBAPIError) -> bool:
+    """True when a driver error says the database is unreachable or busy (worth a client retry),
+    False when it is an error in the statement itself (our bug)."""
+    if exc.connection_invalidated:
+        return True
+    orig = exc.orig
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate:
+        return sqlstate.startswith(_RETRYABLE_SQLSTATE_PREFIXES)
+    if type(orig).__name__ in _RETRYABLE_DUCKDB:
+        return True
+    # psycopg raises OperationalError without a SQLSTATE when it cannot connect at all
+    return isinstance(exc, OperationalError) and type(orig).__name__ == "OperationalError"
+
+
 @contextlib.contextmanager
 def _domain_errors() -> Iterator[None]:
-    """Database errors as domain errors: unique violations → Conflict, connection and other
-    driver errors → DatabaseUnavailable; domain errors pass through."""
+    """Database errors as domain errors: unique violations → Conflict (409), a lost or busy
+    database → DatabaseUnavailable (503), anything else → DatabaseError (500); domain errors pass
+    through."""
     try:
         yield
     except ScalebookError:
         raise
     except IntegrityError as exc:
-        raise Conflict(f"the database refused the write: {exc.orig}") from exc
-    except OperationalError as exc:
-        raise DatabaseUnavailable(f"database error: {exc.orig}") from exc
+        if getattr(exc.orig, "sqlstate", None) == "23505" or "unique" in str(exc.orig).lower():
+            raise Conflict(f"the database refused the write: {exc.orig}") from exc
+        raise DatabaseError(f"database error: {exc.orig}") from exc
     except DBAPIError as exc:
-        raise DatabaseUnavailable(f"database error: {exc.orig}") from exc
+        if is_retryable(exc):
+            raise DatabaseUnavailable(f"database unavailable: {exc.orig}") from exc
+        raise DatabaseError(f"database error: {exc.orig}") from exc
 
 
 class Database:
     """One database: its engine, dialect, write lock and schema helpers."""
 
-    def __init__(self, url: str, *, echo: bool = False, journal_rows: int = ingest_journal.FLUSH_ROWS):
-        """`journal_rows`: DuckDB files only — journaled runs gathered before a flush into `runs`
-        (SCALEBOOK_INGEST_JOURNAL_ROWS); 0 writes every request straight into DuckDB."""
+    def __init__(self, url: str, *, echo: bool = False):
         self.url = url
-        self._file: Path | None = None
+        file: Path | None = None
         if url.startswith("duckdb:///"):
             path = url.removeprefix("duckdb:///").split("?", 1)[0]
             if path and path != ":memory:":
-                self._file = Path(path).expanduser()
-                self._file.parent.mkdir(parents=True, exist_ok=True)
+                file = Path(path).expanduser()
+                file.parent.mkdir(parents=True, exist_ok=True)
         kwargs: dict = {"echo": echo}
         if url.startswith("postgresql"):
             kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
         self.engine = sa.create_engine(url, **kwargs)
         self.dialect = self.engine.dialect.name  # "duckdb" | "postgresql"
-        self._journal_rows = journal_rows
-        self._key = str(self._file.resolve()) if self._file is not None else ""
-        self._shared = ingest_journal.shared(self._key) if self._file is not None else None
         self._write_lock: threading.RLock | None = (
-            self._shared.lock if self._shared is not None else threading.RLock() if self.is_duckdb else None)
+            _file_lock(str(file.resolve()) if file is not None else "") if self.is_duckdb else None)
 
     @property
     def is_duckdb(self) -> bool:
@@ -122,22 +142,15 @@ class Database:
         return self._write_lock if self._write_lock is not None else contextlib.nullcontext()
 
     @contextlib.contextmanager
-    def session(self, *, write: bool = False, flush: bool = True) -> Iterator[Session]:
-        """Yield a Session; commit on success, roll back on error.
+    def session(self, *, write: bool = False) -> Iterator[Session]:
+        """Yield a Session; commit on success, roll back on error. `write=True` holds the write
+        lock (DuckDB) for the whole transaction.
 
-        On a DuckDB file the journaled runs are moved into `runs` first (see `flush`), so the
-        session sees every acknowledged run; a read session that does not read runs (the token
-        check) may pass `flush=False`. Raises Conflict on unique violations,
-        DatabaseUnavailable on connection errors; domain errors raised inside pass through after
+        Raises Conflict on unique violations, DatabaseUnavailable on a lost or busy database,
+        DatabaseError on any other database error; domain errors raised inside pass through after
         the rollback.
         """
-        journal = self.journal
         with self.write_lock if write else contextlib.nullcontext():
-            if journal is not None:
-                if journal.pending and (flush or write):
-                    self.flush()
-                if write:
-                    journal.drop_ids()  # this session may draw ids: later ones than any reserved
             with self._transaction() as session:
                 yield session
 
@@ -150,13 +163,6 @@ class Database:
             except BaseException:
                 session.rollback()
                 raise
-
-    @contextlib.contextmanager
-    def autocommit(self) -> Iterator[sa.Connection]:
-        """PostgreSQL: a pooled Connection in autocommit mode, for a write that is one statement
-        (its own transaction: no BEGIN or COMMIT round trips). Errors as `session` raises them."""
-        with _domain_errors(), self.engine.connect() as conn:
-            yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     # -- schema -------------------------------------------------------------------------
     def upgrade(self, revision: str = "head") -> None:
@@ -205,97 +211,20 @@ class Database:
         if auto_upgrade:
             self.upgrade()
         self.check_schema()
-        _ = self.journal  # opens a DuckDB file's ingest journal, replaying what a crash left
-
-    # -- the ingest journal (DuckDB files) -------------------------------------------------------
-    @property
-    def journal(self) -> ingest_journal.IngestJournal | None:
-        """The file's ingest journal, opened on first use (replaying what a crash left); None on
-        PostgreSQL, in-memory DuckDB, or with journal_rows=0 once the leftovers are replayed."""
-        shared = self._shared
-        if shared is None or shared.opened:
-            return shared.journal if shared is not None else None
-        with shared.lock:
-            if not shared.opened:
-                shared.journal = self._open_journal()
-                shared.opened = True
-        return shared.journal
-
-    @property
-    def kept(self) -> KeptAggregates | None:
-        """The file's analytics aggregates kept in memory and current by id watermark
-        (service/analytics/kept.py: the heatmap, the recommender's evidence and recorded OOMs),
-        shared by every Database of the file in this process; None on PostgreSQL and in-memory
-        DuckDB, which aggregate on every request."""
-        shared = self._shared
-        if shared is None:
-            return None
-        if shared.kept is None:
-            with shared.lock:
-                if shared.kept is None:
-                    shared.kept = KeptAggregates()
-        return shared.kept
-
-    def _open_journal(self) -> ingest_journal.IngestJournal | None:
-        path = ingest_journal.journal_path(self._file)
-        leftover = path.exists() and path.stat().st_size > 0
-        if self._journal_rows <= 0 and not leftover:
-            return None
-        # a connection of its own, taken out of the pool: the pool closes surplus connections (and
-        # DuckDB closes a duplicate() with its parent), the journal needs one for its lifetime
-        fairy = self.engine.raw_connection()
-        own = fairy.driver_connection
-        fairy.detach()
-        journal = ingest_journal.IngestJournal(path, own, self._journal_rows)
-        if leftover:
-            from service import store
-
-            try:
-                rows = journal.load(store.DATETIME_COLUMNS)
-                if rows:
-                    with self._transaction() as session:
-                        replayed = store.insert_journaled(session, rows, skip_stored=True)
-                    ingest_journal.log.warning("ingest journal %s: %d of %d run(s) replayed into runs after an "
-                                               "unclean stop", path, replayed, len(rows))
-                journal.clear()
-            except BaseException:
-                journal.close(remove=False)  # kept for the next attempt; the file lock released
-                raise
-        if self._journal_rows <= 0:
-            journal.close(remove=True)
-            return None
-        return journal
-
-    def flush(self) -> int:
-        """Move the journaled runs into `runs` in one transaction (group commit); returns how
-        many. On failure they stay journaled (durable) and the error is raised."""
-        journal = self.journal
-        if journal is None or not journal.pending:
-            return 0
-        from service import store
-
-        with self.write_lock:
-            rows = list(journal.pending.values())
-            if not rows:
-                return 0
-            with self._transaction() as session:
-                store.insert_journaled(session, rows)
-            journal.clear()
-            return len(rows)
 
     def dispose(self) -> None:
-        """Flush the journal (kept on disk if that fails), release it, close the engine."""
-        shared = self._shared
-        if shared is not None:
-            try:
-                if shared.opened:
-                    self.flush()
-            except Exception as exc:  # noqa: BLE001 - closing goes on; the runs stay journaled on disk
-                ingest_journal.log.warning("ingest journal not flushed at close (replayed at the next start): %s",
-                                           getattr(exc, "message", exc))
-            self._shared = None
-            if ingest_journal.release(self._key, shared) and shared.journal is not None:
-                with shared.lock:  # no writer of this process is inside the journal while it closes
-                    shared.journal.close(remove=True)
-                    shared.journal = None
+        """Close the engine's connections."""
         self.engine.dispose()
+
+
+_FILE_LOCKS: dict[str, threading.RLock] = {}
+_FILE_LOCKS_GUARD = threading.Lock()
+
+
+def _file_lock(key: str) -> threading.RLock:
+    """The write lock of a DuckDB file, shared by every Database of that file in this process
+    ("" — in-memory — gets a lock of its own)."""
+    if not key:
+        return threading.RLock()
+    with _FILE_LOCKS_GUARD:
+        return _FILE_LOCKS.setdefault(key, threading.RLock())

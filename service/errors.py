@@ -67,8 +67,19 @@ class QueryRejected(ScalebookError):
 
 
 class DatabaseUnavailable(ScalebookError):
+    """The database is unreachable or busy (lost connection, lock timeout, serialisation failure):
+    worth a retry, which the push client does."""
+
     code = "database_unavailable"
     status = 503
+
+
+class DatabaseError(ScalebookError):
+    """Any other error from the database: a bug on our side, not worth a retry. The API logs it
+    and answers 500 with the one error body."""
+
+    code = "internal_error"
+    status = 500
 
 
 class StaleSchema(ScalebookError):

@@ -35,9 +35,6 @@ class Settings(BaseSettings):
     sql_max_rows: int = 10_000
     #: allow binding beyond loopback without tokens
     insecure: bool = False
-    #: DuckDB files: small writes are group-committed through an ingest journal; this many journaled
-    #: runs are moved into the database at once (service/journal.py). 0: every request commits itself
-    ingest_journal_rows: int = Field(default=256, ge=0, le=100_000)
 
     @field_validator("max_batch_runs", "max_body_bytes", "sql_max_rows")
     @classmethod

@@ -62,10 +62,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint('config_key', name=op.f('pk_run_configs')),
     )
     op.create_index('ix_run_configs_window', 'run_configs', ['model_size_class', 'nodes'])
-    # fill from the runs stored so far, with the same code that maintains the table at ingest
-    from service.run_configs import rebuild
-
-    rebuild(op.get_bind())
+    # filled from the runs by service/run_configs.rebuild until that module went; 0006 drops the table
 
 
 def downgrade() -> None:

@@ -3,8 +3,9 @@
 Ultra-Scale Playbook, "Benchmarking thousands of configurations": for every model size and node
 count, the best successful run and its configuration. A cell's best run is the successful run with
 the highest metric — `tokens_per_sec_per_gpu` (default) or `mfu` (mfu_derived, falling back to the
-reported mfu) — ties broken by the higher MFU, then the lower id. Successful runs without the
-metric rank after those with it, so a cell that has successes always shows one. Cells carry counts of successful, OOM and
+reported mfu) — ties broken by the higher MFU, then the lower id (service/ranking.py, the one
+ranking rule). Successful runs without the metric rank after those with it, so a cell that has
+successes always shows one. Cells carry counts of successful, OOM and
 other failed runs; a cell with only failures has `best = None`. A cell's best run is carried as the
 columns of BEST_COLUMNS only (its config, metrics and memory); the whole run is GET /api/v1/runs/{id}.
 """
@@ -20,9 +21,9 @@ from sqlalchemy.orm import Session
 
 from service import hardware
 from service.errors import BadRequest
+from service.ranking import METRICS, best_order
 from service.tables import Run
 
-METRICS = ("tokens_per_sec_per_gpu", "mfu")
 #: 'success' inlined in the SQL (not a bind parameter), so PostgreSQL matches the partial indexes
 #: `... WHERE status = 'success'` in generic (prepared) plans too
 SUCCESS_LITERAL = sa.literal_column("'success'")
@@ -41,7 +42,6 @@ BEST_COLUMNS = (
     "tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu", "mfu_derived", "hfu", "hfu_derived",
     "peak_memory_gib", "step_time_s",
 )
-_BEST_SQL_DUCKDB = f"SELECT {', '.join(BEST_COLUMNS)} FROM runs WHERE id = ANY(?)"
 
 
 def metric_expr(metric: str) -> sa.ColumnElement:
@@ -85,69 +85,40 @@ class HeatmapFilters:
         return conds
 
 
-def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per_sec_per_gpu",
-            kept: Any = None) -> list[dict[str, Any]]:
-    """All cells, sorted by (model_size_class, nodes).
+def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per_sec_per_gpu") -> list[dict[str, Any]]:
+    """All cells, sorted by (model_size_class, nodes), from one query over `runs` per request.
 
     Returns [{"model_size_class": float (billions), "nodes": int, "best": {column: value} | None
     (the BEST_COLUMNS of the cell's best run, plain Python values; started_at a naive UTC datetime),
     "n_success": int, "n_oom": int, "n_failed": int}]. The best run of a cell is the successful run
-    with the highest metric (runs without it last), ties broken by the higher MFU (runs without MFU
-    last), then the lower id. One query for the cells and their best ids, one to read the
-    BEST_COLUMNS of those runs (see best_runs):
-    - DuckDB: counts and the top metric per cell, then arg_min over the runs at the top (two scans);
+    first in service/ranking.py's order (metric, then MFU, then the lower id). Nothing is kept
+    between requests: a run changed or deleted with outside SQL shows in the next answer.
+    - DuckDB: counts and the top metric per cell, the best run among those at the top by
+      arg_min (MFU, id), and its BEST_COLUMNS joined by id;
     - PostgreSQL: counts per cell, then a LATERAL top-1 per cell that walks the partial index
       `ix_runs_best_tps` / `ix_runs_best_mfu` (status = 'success'; migration 0003) — a few index
       entries per cell instead of every successful run.
-    `kept` (a DuckDB file's KeptAggregates, `Database.kept`): the same cells from the heatmap
-    kept in memory and current by id watermark (service/analytics/heatmap_summary.py), which
-    aggregates only the runs stored since the previous request. Pass it from read sessions only:
-    runs a session has written but not committed would be merged in.
+    Raises BadRequest for an unknown metric.
     """
     value = metric_expr(metric)
-    if kept is not None and session.get_bind().dialect.name == "duckdb":
-        from service.analytics import heatmap_summary
-
-        return heatmap_summary.cells(kept, session, filters, metric)
     conds = filters.conditions()
-    dialect = session.get_bind().dialect.name
-    if dialect == "duckdb":
-        rows = session.execute(_cells_duckdb(value, conds)).all()
+    if session.get_bind().dialect.name == "duckdb":
+        query = _cells_duckdb(value, conds)
     else:
-        rows = session.execute(_cells_lateral(value, conds)).all()
-    best = best_runs(session, [r.best_id for r in rows if r.best_id is not None])
-
+        query = _cells_lateral(value, conds)
     cells = []
-    for row in sorted(rows, key=lambda r: (r.model_size_class, r.nodes)):
-        n_success, n_oom = int(row.n_success or 0), int(row.n_oom or 0)
+    for row in session.execute(query).mappings():
+        n_success, n_oom = int(row["n_success"] or 0), int(row["n_oom"] or 0)
+        best = {name: row[f"best_{name}"] for name in BEST_COLUMNS} if row["best_id"] is not None else None
         cells.append({
-            "model_size_class": row.model_size_class,
-            "nodes": row.nodes,
-            "best": best.get(row.best_id),
+            "model_size_class": row["model_size_class"],
+            "nodes": row["nodes"],
+            "best": best,
             "n_success": n_success,
             "n_oom": n_oom,
-            "n_failed": int(row.n_all) - n_success - n_oom,
+            "n_failed": int(row["n_all"]) - n_success - n_oom,
         })
     return cells
-
-
-def best_runs(session: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
-    """{id: {column: value}} for the runs with these ids, the columns being BEST_COLUMNS (ids not
-    stored are left out). One `id = ANY(list)` query: DuckDB scans an IN list of hundreds of ids
-    2–3× slower. On DuckDB it goes through the session's driver connection (same transaction) and
-    builds the dicts from the row tuples, without SQLAlchemy's result processing; on PostgreSQL a
-    Core select of the same columns. Values as the driver returns them: started_at a naive UTC
-    datetime, the rest int / float / str or None."""
-    if not ids:
-        return {}
-    if session.get_bind().dialect.name == "duckdb":
-        raw = session.connection().connection.driver_connection
-        rows = raw.execute(_BEST_SQL_DUCKDB, [ids]).fetchall()
-        return {row[0]: dict(zip(BEST_COLUMNS, row)) for row in rows}
-    table = Run.__table__
-    query = (sa.select(*(table.c[name] for name in BEST_COLUMNS))
-             .where(table.c.id == sa.any_(sa.bindparam("ids", ids, type_=sa.ARRAY(sa.BigInteger)))))
-    return {r["id"]: dict(r) for r in session.execute(query).mappings()}
 
 
 def _counts() -> list[sa.ColumnElement]:
@@ -159,10 +130,15 @@ def _counts() -> list[sa.ColumnElement]:
     ]
 
 
+def _best_columns(table: Any) -> list[sa.ColumnElement]:
+    return [table.c[name].label(f"best_{name}") for name in BEST_COLUMNS]
+
+
 def _cells_duckdb(value: sa.ColumnElement, conds: list[sa.ColumnElement]) -> sa.Select:
-    """Two scans instead of one arg_min over a composite key (which costs DuckDB ~60 ms at 10^6
-    runs; this ~30 ms): counts and the top metric per cell, then, among the cell's successful runs
-    at that top value (all of them when no run has the metric), the best by (higher MFU, lower id)."""
+    """Two scans instead of one arg_min over the whole ranking key (which costs DuckDB ~2× as
+    much at 10^6 runs): counts and the top metric per cell, then, among the cell's successful
+    runs at that top value (all of them when no run has the metric), the first by the rest of
+    the ranking (higher MFU, lower id); the best run's columns joined by id."""
     mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
     cells = (sa.select(*_counts(), sa.func.max(value).filter(Run.status == SUCCESS_LITERAL).label("top"))
              .where(*conds).group_by(Run.model_size_class, Run.nodes).cte("cells"))
@@ -174,43 +150,35 @@ def _cells_duckdb(value: sa.ColumnElement, conds: list[sa.ColumnElement]) -> sa.
                                  at_top))
             .where(*conds, Run.status == SUCCESS_LITERAL)
             .group_by(Run.model_size_class, Run.nodes).cte("best"))
+    row = Run.__table__.alias("best_run")
     return (sa.select(cells.c.model_size_class, cells.c.nodes, cells.c.n_success, cells.c.n_oom, cells.c.n_all,
-                      best.c.best_id)
+                      *_best_columns(row))
             .select_from(cells.outerjoin(best, sa.and_(best.c.model_size_class == cells.c.model_size_class,
-                                                       best.c.nodes == cells.c.nodes))))
+                                                       best.c.nodes == cells.c.nodes))
+                         .outerjoin(row, row.c.id == best.c.best_id))
+            .order_by(cells.c.model_size_class, cells.c.nodes))
 
 
 def _cells_lateral(value: sa.ColumnElement, conds: list[sa.ColumnElement]) -> sa.Select:
     """Counts per cell, LEFT JOIN LATERAL the top-1 successful run of the cell (PostgreSQL)."""
     cells = sa.select(*_counts()).where(*conds).group_by(Run.model_size_class, Run.nodes).cte("cells")
     mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
-    top = (sa.select(Run.id.label("best_id"))
+    table = Run.__table__
+    top = (sa.select(*_best_columns(table))
            .where(*conds, Run.status == SUCCESS_LITERAL, Run.model_size_class == cells.c.model_size_class,
                   Run.nodes == cells.c.nodes)
-           .order_by(value.desc().nulls_last(), mfu.desc().nulls_last(), Run.id)
+           .order_by(*best_order(value, mfu, Run.id))
            .limit(1).lateral("top"))
-    return sa.select(cells, top.c.best_id).select_from(cells.outerjoin(top, sa.true()))
+    return (sa.select(cells, top).select_from(cells.outerjoin(top, sa.true()))
+            .order_by(cells.c.model_size_class, cells.c.nodes))
 
 
 def cell_runs(session: Session, filters: HeatmapFilters, model_size_class: float, nodes: int,
               metric: str = "tokens_per_sec_per_gpu", limit: int = 500) -> list[Run]:
-    """The runs of one cell, best first (successes by metric, then failures)."""
+    """The runs of one cell: successes first in the ranking order (service/ranking.py), then the
+    failures in the same order; at most `limit`."""
     value = metric_expr(metric)
+    mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
     return list(session.scalars(
         sa.select(Run).where(*filters.conditions(), Run.model_size_class == model_size_class, Run.nodes == nodes)
-        .order_by((Run.status != "success"), value.is_(None), value.desc(), Run.id).limit(limit)))
-
-
-def config_label(run: Run | dict) -> str:
-    """The Playbook's cell text: 'DP8 TP1 PP1 GAS16 Z1 MBS2' (CP/EP shown when > 1, recompute when set)."""
-    get = run.get if isinstance(run, dict) else lambda k: getattr(run, k, None)
-    parts = [f"DP{get('dp')}", f"TP{get('tp')}", f"PP{get('pp')}"]
-    if (get("cp") or 1) > 1:
-        parts.append(f"CP{get('cp')}")
-    if (get("ep") or 1) > 1:
-        parts.append(f"EP{get('ep')}")
-    parts += [f"GAS{get('grad_accum_steps') or '?'}", f"Z{get('zero_stage') if get('zero_stage') is not None else '?'}",
-              f"MBS{get('micro_batch_size') or '?'}"]
-    if get("recompute") and get("recompute") != "none":
-        parts.append(f"RC:{get('recompute')}")
-    return " ".join(parts)
+        .order_by(Run.status != "success", *best_order(value, mfu, Run.id)).limit(limit)))

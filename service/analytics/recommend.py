@@ -27,14 +27,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from service import hardware, run_configs
+from service import hardware
 from service.analytics.heatmap import metric_expr
 from service.derive import model_size_class
 from service.errors import BadRequest
+from service.ranking import best_order
 from service.tables import Run
 
 CONFIG_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
-GROUP_FIELDS = run_configs.GROUP_FIELDS
+#: a recorded configuration: successful runs with equal values of these are one group
+GROUP_FIELDS = ("model_size_class", "nodes", "gpus_per_node", "gpu_type", "seq_len", "dp", "tp", "pp", "cp", "ep",
+                "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
 _RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*$")
@@ -104,36 +107,30 @@ def _log_ratio(a: float | None, b: float | None) -> float:
 
 
 def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu",
-              memory_check: bool = True, kept: Any = None) -> list[dict[str, Any]]:
+              memory_check: bool = True) -> list[dict[str, Any]]:
     """Up to k candidates, best first: exact recorded matches by metric, then adapted neighbours by
     distance. Each candidate: config, recorded metrics, evidence (run ids, count, spread), distance,
     match ("exact" | "adapted"), memory check, why and risk. Raises BadRequest on a bad target.
-
-    `kept` (a DuckDB file's KeptAggregates, `Database.kept`; read sessions only): the recorded
-    OOMs and the candidates' evidence are kept in memory and current by id watermark
-    (service/analytics/kept.py), so a request reads only the runs stored since the previous one.
-    The configuration groups come from run_configs either way."""
+    Everything is read from `runs` in this request (groups, recorded OOMs, evidence)."""
     if target.nodes < 1 or target.gpus_per_node < 1:
         raise BadRequest("nodes and gpus_per_node must be >= 1",
                          [{"field": "nodes", "value": target.nodes, "message": "must be >= 1"}])
     target_gpu = hardware.canonical_gpu_type(target.gpu_type) or target.gpu_type
     size_class = model_size_class(target.model_params)
     value = metric_expr(metric)
-    p = "tps" if metric == "tokens_per_sec_per_gpu" else "mfu"
-    rows = _groups(session, size_class, target)
-    ooms = _recorded_ooms(session, size_class, kept)
+    rows = _groups(session, size_class, target, value)
+    ooms = _recorded_ooms(session, size_class)
 
     # every group's adapted config and rank (cheap), then the full candidate only for the
     # first configs that survive the OOM and memory checks
     # (ties in the ranking go to the group whose best run has the lower id)
-    best_value, best_id, best_gbt = f"{p}_best_value", f"{p}_best_id", f"{p}_best_global_batch_tokens"
     ranked: list[tuple] = []
     for r in rows:
         exact = (r["model_size_class"] == size_class and r["nodes"] == target.nodes
                  and r["gpus_per_node"] in (None, target.gpus_per_node)
                  and (not target_gpu or r["gpu_type"] == target_gpu)
                  and (not target.seq_len or r["seq_len"] == target.seq_len))
-        adapted = _adapt_config(r, r[best_gbt], target)
+        adapted = _adapt_config(r, r["best"]["global_batch_tokens"], target)
         if adapted is None:
             continue
         config, changed = adapted
@@ -141,7 +138,8 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
         distance = 0.0 if exact else round(
             _log_ratio(r["model_size_class"], size_class) + _log_ratio(r["nodes"], target.nodes)
             + _log_ratio(r["seq_len"], target.seq_len) + _hw_penalty(target_gpu, r["gpu_type"]), 4)
-        ranked.append((match != "exact", distance, -(r[best_value] or 0), r[best_id], r, config, changed, match))
+        ranked.append((match != "exact", distance, -(r["best"]["value"] or 0), r["best"]["id"], r, config, changed,
+                       match))
     ranked.sort(key=lambda e: e[:4])
     firsts: dict[tuple, list] = {}  # config → [its best-ranked group's entry, how many more groups]
     for entry in ranked:
@@ -153,7 +151,7 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
 
     out: list[dict[str, Any]] = []
     for (_, distance, _, _, r, config, changed, match), also in firsts.values():
-        cand = _candidate(_group(r, p), target, target_gpu, config, changed, match)
+        cand = _candidate(r, target, target_gpu, config, changed, match)
         cand["distance"] = distance
         cand["evidence"]["also_supported_by"] = also
         if cand["match"] == "adapted" and _blocked_by_oom(cand, size_class, ooms):
@@ -167,35 +165,50 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
         out.append(cand)
         if len(out) >= k:
             break
-    _fill_evidence(session, value, out, kept, metric)
+    _fill_evidence(session, value, out)
     return out
 
 
-def _groups(session: Session, size_class: float | None, target: Target) -> list[dict[str, Any]]:
-    """Successful runs grouped by configuration: run_configs rows (service/run_configs.rows: the
-    stored groups plus, on DuckDB, the runs not yet folded in) — a few thousand rows instead of
-    every successful run. Limited to size classes and node counts within a factor of 16 of the
-    target; widened to everything when that window is empty. Turned into a group dict by
-    `_group` for the candidates that are answered only."""
+def _groups(session: Session, size_class: float | None, target: Target,
+            value: sa.ColumnElement) -> list[dict[str, Any]]:
+    """Successful runs grouped by configuration (GROUP_FIELDS), from one query over `runs`: per
+    group `n_runs`, `n_values`/`vmin`/`vmax` of the metric `value` and its best run (`best`: id,
+    value, mfu_eff, tps, peak_memory_gib, global_batch_tokens) — first in service/ranking.py's
+    order. Limited to size classes and node counts within a factor of 16 of the target; widened
+    to everything when that window is empty."""
     windows = [((size_class / 16, size_class * 16), (max(1, target.nodes // 16), target.nodes * 16))] if size_class else []
     for window in (*windows, (None, None)):
-        rows = run_configs.rows(session, *window)
+        rows = _group_rows(session, value, *window)
         if rows:
             return rows
     return []
 
 
-def _group(r: dict[str, Any], p: str) -> dict[str, Any]:
-    """A run_configs row for metric prefix `p` ("tps" | "mfu") as a group: its GROUP_FIELDS,
-    `n_runs`, `n_values`/`vmin`/`vmax` of the metric and its best run (`best`: id, value,
-    mfu_eff, peak_memory_gib, global_batch_tokens, tps) — the run with the highest metric (runs
-    without it last), then the lowest id."""
-    g = {f: r[f] for f in GROUP_FIELDS}
-    g.update(n_runs=r["n_runs"], n_values=r[f"{p}_n"], vmin=r[f"{p}_min"], vmax=r[f"{p}_max"],
-             best={"id": r[f"{p}_best_id"], "value": r[f"{p}_best_value"], "mfu_eff": r[f"{p}_best_mfu"],
-                   "tps": r[f"{p}_best_tps"], "peak_memory_gib": r[f"{p}_best_peak_memory_gib"],
-                   "global_batch_tokens": r[f"{p}_best_global_batch_tokens"]})
-    return g
+def _group_rows(session: Session, value: sa.ColumnElement, sizes: tuple[float, float] | None,
+                nodes: tuple[int, int] | None) -> list[dict[str, Any]]:
+    part = _group_cols()
+    mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
+    conds = [Run.status == sa.literal_column("'success'"), Run.model_size_class.is_not(None), Run.nodes.is_not(None)]
+    if sizes is not None and nodes is not None:
+        conds += [Run.model_size_class.between(*sizes), Run.nodes.between(*nodes)]
+    inner = (sa.select(*part, Run.id, value.label("value"), mfu.label("mfu_eff"), Run.tokens_per_sec_per_gpu,
+                       Run.peak_memory_gib, Run.global_batch_tokens,
+                       sa.func.count().over(partition_by=part).label("n_runs"),
+                       sa.func.count(value).over(partition_by=part).label("n_values"),
+                       sa.func.min(value).over(partition_by=part).label("vmin"),
+                       sa.func.max(value).over(partition_by=part).label("vmax"),
+                       sa.func.row_number().over(partition_by=part, order_by=best_order(value, mfu, Run.id))
+                       .label("rn"))
+             .where(*conds).subquery())
+    out = []
+    for r in session.execute(sa.select(inner).where(inner.c.rn == 1)).mappings():
+        g = {f: r[f] for f in GROUP_FIELDS}
+        g.update(n_runs=r["n_runs"], n_values=r["n_values"], vmin=r["vmin"], vmax=r["vmax"],
+                 best={"id": r["id"], "value": r["value"], "mfu_eff": r["mfu_eff"],
+                       "tps": r["tokens_per_sec_per_gpu"], "peak_memory_gib": r["peak_memory_gib"],
+                       "global_batch_tokens": r["global_batch_tokens"]})
+        out.append(g)
+    return out
 
 
 _TOP_IDS = 20
@@ -205,56 +218,27 @@ def _group_cols() -> list[sa.ColumnElement]:
     return [getattr(Run, f) for f in GROUP_FIELDS]
 
 
-def _inline_for_duckdb(session: Session, query: sa.Select) -> sa.Executable:
-    """On DuckDB, the query with its parameters rendered inline: DuckDB pushes literal filters
-    into the scan (zone maps), bound parameters it does not (~18 ms instead of ~40 ms for the
-    evidence query at 10^6 runs). Only numbers and strings read from the table or computed here
-    are inlined, rendered by SQLAlchemy's literal processors."""
-    dialect = session.get_bind().dialect
-    if dialect.name != "duckdb":
-        return query
-    return sa.text(str(query.compile(dialect=dialect, compile_kwargs={"literal_binds": True})))
-
-
-def _fill_evidence(session: Session, value, candidates: list[dict[str, Any]], kept: Any = None,
-                   metric: str = "") -> None:
-    """For the returned candidates only: evidence.source_run_ids (the group's first 20 runs, best
-    first) and evidence.spread (min, max and population stdev of the metric over the group's
-    runs, None without values), from one query over the runs of their groups (kept: merged with
-    the runs stored since the previous request for the same groups)."""
+def _fill_evidence(session: Session, value: sa.ColumnElement, candidates: list[dict[str, Any]]) -> None:
+    """For the returned candidates only: evidence.source_run_ids (the group's first 20 runs in the
+    ranking order) and evidence.spread (min, max and population stdev of the metric over the
+    group's runs, None without values), from one query over the runs of their groups."""
     groups = {tuple(c["_group"][f] for f in GROUP_FIELDS): c["_group"] for c in candidates}
-
-    def aggregate(id_range: list[sa.ColumnElement]) -> dict[tuple, list[tuple]]:
-        """{group key: [(metric missing, -metric, run id)]} of the groups' successful runs."""
-        found: dict[tuple, list[tuple]] = {}
-        if not groups:
-            return found
+    runs: dict[tuple, list[tuple]] = {}  # {group key: [(metric missing, -metric, mfu missing, -mfu, run id)]}
+    if groups:
+        mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
         exact = sa.or_(*[sa.and_(*[(col.is_(None) if g[f] is None else col == g[f])
-                                   for f, col in zip(GROUP_FIELDS, _group_cols())]) for g in groups.values()])
-        query = sa.select(*_group_cols(), Run.id, value.label("value")).where(
-            Run.status == "success", Run.tp.is_not(None), exact, *id_range)
-        for r in session.execute(_inline_for_duckdb(session, query)).all():
-            found.setdefault(tuple(r[:len(GROUP_FIELDS)]), []).append((r.value is None, -(r.value or 0.0), r.id))
-        return found
-
-    def merge(old: dict[tuple, list[tuple]] | None, new: dict[tuple, list[tuple]]) -> dict[tuple, list[tuple]]:
-        """A new dict of new lists: `old` may be in use by another request and is not changed."""
-        if old is None:
-            return new
-        out = dict(old)
-        for key, entries in new.items():
-            out[key] = out.get(key, []) + entries
-        return out
-
-    if kept is not None and session.get_bind().dialect.name == "duckdb":
-        runs = kept.get(session, ("evidence", metric, frozenset(groups)), aggregate, merge)
-    else:
-        runs = aggregate([])
+                                   for f, col in zip(GROUP_FIELDS, _group_cols(), strict=True)])
+                         for g in groups.values()])
+        query = sa.select(*_group_cols(), Run.id, value.label("value"), mfu.label("mfu")).where(
+            Run.status == "success", exact)
+        for r in session.execute(query).all():
+            runs.setdefault(tuple(r[:len(GROUP_FIELDS)]), []).append(
+                (r.value is None, -(r.value or 0.0), r.mfu is None, -(r.mfu or 0.0), r.id))
     for cand in candidates:
         g = cand.pop("_group")
         ranked = sorted(runs.get(tuple(g[f] for f in GROUP_FIELDS), []))
-        cand["evidence"]["source_run_ids"] = [run_id for _, _, run_id in ranked[:_TOP_IDS]]
-        values = [-neg for missing, neg, _ in ranked if not missing]
+        cand["evidence"]["source_run_ids"] = [entry[-1] for entry in ranked[:_TOP_IDS]]
+        values = [-entry[1] for entry in ranked if not entry[0]]
         if values:
             cand["evidence"]["spread"] = {"min": g["vmin"], "max": g["vmax"],
                                           "stdev": statistics.pstdev(values) if len(values) > 1 else 0.0}
@@ -319,25 +303,16 @@ def _candidate(g: dict[str, Any], target: Target, target_gpu: str | None, config
     }
 
 
-def _recorded_ooms(session: Session, size_class: float | None, kept: Any = None) -> list[dict[str, Any]]:
+def _recorded_ooms(session: Session, size_class: float | None) -> list[dict[str, Any]]:
     """The distinct sharding configs (tp, pp, cp, zero_stage, micro_batch_size, recompute,
-    seq_len, dp) of the recorded OOMs of this model size class (kept: merged with the OOMs stored
-    since the previous request for the size class)."""
+    seq_len, dp) of the recorded OOMs of this model size class."""
     if size_class is None:
         return []
     fields = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute", "seq_len", "dp")
-
-    def aggregate(id_range: list[sa.ColumnElement]) -> set[tuple]:
-        query = (sa.select(*(getattr(Run, f) for f in fields))
-                 .where(Run.status == sa.literal_column("'oom'"),  # inlined: partial index ix_runs_oom
-                        Run.model_size_class == size_class, *id_range).distinct())
-        return {tuple(r) for r in session.execute(_inline_for_duckdb(session, query)).all()}
-
-    if kept is not None and session.get_bind().dialect.name == "duckdb":
-        configs = kept.get(session, ("ooms", size_class), aggregate, lambda old, new: new if old is None else old | new)
-    else:
-        configs = aggregate([])
-    return [dict(zip(fields, c)) for c in configs]
+    query = (sa.select(*(getattr(Run, f) for f in fields))
+             .where(Run.status == sa.literal_column("'oom'"),  # inlined: partial index ix_runs_oom
+                    Run.model_size_class == size_class).distinct())
+    return [dict(zip(fields, r, strict=True)) for r in session.execute(query).all()]
 
 
 def _blocked_by_oom(cand: dict[str, Any], size_class: float | None, ooms: list[dict[str, Any]]) -> bool:

@@ -287,7 +287,6 @@ def execute_sandboxed(db: Database, sql: str, *, timeout_s: float, max_rows: int
 def _run_duckdb(db: Database, sql: str, timeout_s: float, max_rows: int) -> tuple[list[str], list[list], float]:
     import duckdb
 
-    db.flush()  # journaled runs into `runs` first: the query sees every acknowledged run
     # own connection, same instance; its pooled parent is held until the query is done (DuckDB
     # closes a duplicate() with its parent, and the pool closes surplus connections it gets back)
     parent = db.engine.connect()

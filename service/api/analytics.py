@@ -14,6 +14,7 @@ from service.analytics import heatmap as hm
 from service.analytics import recommend as rec
 from service.api.responses import model_response
 from service.api.security import READ
+from service.ranking import config_label
 from service.api.deps import DatabaseDep, SessionDep
 from service.schemas import ErrorBody, Health, RunOut, UtcDatetime
 from service.store import naive_utc
@@ -70,7 +71,6 @@ def _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, start
 
 @router.get("/heatmap", response_model=Heatmap, dependencies=[READ])
 def heatmap(
-    db: DatabaseDep,
     session: SessionDep,
     metric: Metric = "tokens_per_sec_per_gpu",
     gpu_type: Annotated[str | None, Query(max_length=100)] = None,
@@ -93,9 +93,9 @@ def heatmap(
     other failed runs; a cell with only failures has `best: null`.
     """
     filters = _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, started_after, started_before)
-    cells = hm.heatmap(session, filters, metric, kept=db.kept)
+    cells = hm.heatmap(session, filters, metric)
     return model_response(Heatmap, {"metric": metric, "cells": [
-        {**c, "config_label": hm.config_label(c["best"]) if c["best"] else None} for c in cells]})
+        {**c, "config_label": config_label(c["best"]) if c["best"] else None} for c in cells]})
 
 
 @router.get("/heatmap/cell", response_model=CellRuns, dependencies=[READ])
@@ -145,7 +145,6 @@ class Recommendation(BaseModel):
 @router.get("/recommend", response_model=Recommendation, responses={400: {"model": ErrorBody}},
             dependencies=[READ])
 def recommend(
-    db: DatabaseDep,
     session: SessionDep,
     model_params: Annotated[str, Query(min_length=1, max_length=40, description="8B | 1.34B | 8e9 | 8030261248")],
     nodes: Annotated[int, Query(ge=1, le=100_000)],
@@ -174,7 +173,7 @@ def recommend(
                         gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens,
                         num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
                         num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size)
-    candidates = rec.recommend(session, target, k=k, metric=metric, kept=db.kept)
+    candidates = rec.recommend(session, target, k=k, metric=metric)
     return model_response(Recommendation, {"target": {**target.__dict__, "world_size": target.world_size,
                                                       "model_size_class": rec.model_size_class(target.model_params)},
                                            "candidates": candidates})

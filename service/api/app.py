@@ -29,7 +29,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         owned = db is None
-        database = db or Database(settings.url, journal_rows=settings.ingest_journal_rows)
+        database = db or Database(settings.url)
         if owned:
             database.prepare()
         app.state.db = database

@@ -42,7 +42,10 @@ def _jsonable(value: Any) -> Any:
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(ScalebookError)
-    async def _domain(_: Request, exc: ScalebookError) -> JSONResponse:
+    async def _domain(request: Request, exc: ScalebookError) -> JSONResponse:
+        if exc.status >= 500:
+            log.error("%s %s: %s (%s)", request.method, request.url.path, exc.message, exc.code,
+                      exc_info=exc if exc.status == 500 else None)
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return error_response(exc.status, exc.code, exc.message, exc.details, headers)
 

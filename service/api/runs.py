@@ -109,11 +109,6 @@ async def post_runs(
             return model_response(StoredRuns, {"runs": stored, "created": created, "existing": existing}, status)
         return model_response(RunOut, stored[0], status)
 
-    # a journal write (DuckDB, a few new runs, ~1 ms) is done here on the event loop when it
-    # needs no waiting: the hop to a worker thread and back cost as much as the write itself
-    answered = store.ingest(db, records, wait=False)
-    if answered is not None:
-        return respond(*answered)
     return await run_in_threadpool(lambda: respond(*store.ingest(db, records)))
 
 

@@ -44,7 +44,7 @@ class TokenState:
         if cached is not None:
             return cached
         now = time.monotonic()
-        with db.session(flush=False) as session:  # reads api_tokens only
+        with db.session() as session:
             enabled = auth.active_token_count(session) > 0
         with self._lock:
             self._enabled, self._checked = enabled, now
@@ -59,7 +59,7 @@ def token_state(request: Request) -> TokenState:
 
 
 def _lookup(db, plain: str):
-    with db.session(flush=False) as session:  # reads api_tokens only
+    with db.session() as session:
         return auth.lookup_token(session, plain)
 
 

@@ -6,22 +6,8 @@ import typer
 from rich.table import Table
 
 from service.cli.base import app, console, fetch
-
-
-def _label(best: dict) -> str:
-    parts = [f"DP{best['dp']}", f"TP{best['tp']}", f"PP{best['pp']}"]
-    if (best.get("cp") or 1) > 1:
-        parts.append(f"CP{best['cp']}")
-    if (best.get("ep") or 1) > 1:
-        parts.append(f"EP{best['ep']}")
-    parts += [f"GAS{best.get('grad_accum_steps') or '?'}",
-              f"Z{best['zero_stage'] if best.get('zero_stage') is not None else '?'}",
-              f"MBS{best.get('micro_batch_size') or '?'}"]
-    return " ".join(parts)
-
-
-def _mfu(run: dict) -> float | None:
-    return run.get("mfu_derived") if run.get("mfu_derived") is not None else run.get("mfu")
+from service.ranking import config_label as _label
+from service.ranking import effective_mfu as _mfu
 
 
 @app.command()
@@ -132,7 +118,7 @@ def recommend(
         ev = c["evidence"]
         spread = ev.get("spread")
         table.add_row(
-            str(i), f"{c['match']}\nd={c['distance']:.2f}", _label(cfg) + (f" RC:{cfg['recompute']}" if cfg.get('recompute') not in (None, 'none') else ""),
+            str(i), f"{c['match']}\nd={c['distance']:.2f}", _label(cfg),
             f"{m['tokens_per_sec_per_gpu']:,.0f}" if m.get("tokens_per_sec_per_gpu") is not None else "?",
             f"{100 * m['mfu']:.1f}%" if m.get("mfu") is not None else "?",
             f"{m['peak_memory_gib']:.1f}" if m.get("peak_memory_gib") is not None else "?",

@@ -9,7 +9,7 @@ from service.db import Database
 from service.errors import ScalebookError
 from service.settings import get_settings
 
-db_app = typer.Typer(help="Database schema: upgrade, current revision, check, rebuild-configs.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema: upgrade, current revision, check.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 
@@ -45,27 +45,6 @@ def check() -> None:
     try:
         db.check_schema()
         console.print("schema is at head")
-    except ScalebookError as exc:
-        fail(exc.message)
-    finally:
-        db.dispose()
-
-
-@db_app.command("rebuild-configs")
-def rebuild_configs() -> None:
-    """Recompute run_configs (the per-configuration summary /recommend reads) from the runs.
-
-    scalebook keeps it in step as it ingests (PostgreSQL at every request, DuckDB in folds of
-    20,000 runs); run this after rows of `runs` were changed or deleted outside scalebook (e.g.
-    with psql)."""
-    from service import run_configs
-
-    db = Database(get_settings().url)
-    try:
-        db.check_schema()
-        with db.session(write=True) as session:
-            groups = run_configs.rebuild(session.connection())
-        console.print(f"run_configs rebuilt: {groups} configurations")
     except ScalebookError as exc:
         fail(exc.message)
     finally:

@@ -44,7 +44,7 @@ def serve(
     from service.errors import ScalebookError
 
     settings = get_settings()
-    db = Database(settings.url, journal_rows=settings.ingest_journal_rows)
+    db = Database(settings.url)
     try:
         db.prepare()
     except ScalebookError as exc:
@@ -66,7 +66,7 @@ def serve(
     try:
         uvicorn.run(app_, host=host, port=port, workers=1, log_level=log_level)
     finally:
-        db.dispose()  # moves journaled runs into the DuckDB file
+        db.dispose()
 
 
 def _dashboard_cmd(port: int, address: str = "127.0.0.1") -> list[str]:
