@@ -172,7 +172,7 @@ def bench(
     ingest_batch_runs_per_s, ingest_single_post_p50_ms, ingest_single_post_p99_ms, heatmap_ms,
     recommend_ms (plus details). Exits 1 when the server cannot be started.
     """
-    from service import benchtool
+    from bench import benchtool
 
     if backend in ("postgresql", "pg"):
         backend = "postgres"

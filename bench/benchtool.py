@@ -16,11 +16,9 @@ database), a `scalebook serve` subprocess on a free loopback port, then, all tim
   both sent as the push client sends them (`Prefer: return=minimal`: the answer carries the ids,
   not the runs echoed back);
 - heatmap and recommend ("what worked on 8 nodes for 8B?"): median of 20 calls, ms; also the
-  first call of each (`*_first_ms`: on DuckDB it aggregates every run, the later calls only the
-  runs stored since, service/analytics/kept.py);
+  first call of each after the server started (`*_first_ms`);
 - then, after `stored_runs` is read, each query again right after a one-run POST, 10 times
-  (`*_after_post_ms`, median): the cost with writes arriving between reads (on DuckDB the read
-  also moves the journaled run into the file).
+  (`*_after_post_ms`, median). Every call reads `runs` afresh: nothing is kept between requests.
 The result is one JSON-able dict with those figures (see `run_bench`).
 """
 
