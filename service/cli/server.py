@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import typer
@@ -64,9 +67,35 @@ def serve(
     app_ = create_app(db, settings)
     gc.freeze()  # start-up objects leave the GC's generations: fewer, shorter collections per request
     try:
-        uvicorn.run(app_, host=host, port=port, workers=1, log_level=log_level)
+        with _stop_on_signals():
+            uvicorn.run(app_, host=host, port=port, workers=1, log_level=log_level)
     finally:
         db.dispose()
+        gc.unfreeze()  # frozen objects are otherwise never freed: DuckDB's bindings report them as leaks at exit
+
+
+class _Stop(Exception):
+    """Raised by the SIGTERM/SIGINT handler of `_stop_on_signals`."""
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT (Ctrl-C) end the block quietly: the command then returns (exit 0) after
+    its `finally` clauses ran. uvicorn handles both itself while it serves (a graceful shutdown:
+    requests in flight are answered) and re-raises the signal once it has stopped; this turns
+    that re-raised signal — or one arriving outside uvicorn — into a normal return instead of a
+    KeyboardInterrupt traceback or death by SIGTERM (exit -15)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise _Stop(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    except (_Stop, KeyboardInterrupt):
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _dashboard_cmd(port: int, address: str = "127.0.0.1") -> list[str]:
@@ -112,27 +141,41 @@ def up(
     from service.cli.imports import import_examples
 
     url = f"http://127.0.0.1:{port}"
-    api = subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)])
-    procs = [api]
+    procs: list[subprocess.Popen] = []
     try:
-        wait_for_api(url)
-        os.environ["SCALEBOOK_API_URL"] = url
-        if load_examples:
-            import_examples(example_data_dir(), url)
-        env = {**os.environ, "SCALEBOOK_API_URL": url}
-        procs.append(subprocess.Popen(_dashboard_cmd(dashboard_port), env=env))
-        console.print(f"\n[bold]scalebook is up[/]: API {url} (docs {url}/docs), "
-                      f"dashboard http://127.0.0.1:{dashboard_port}. Ctrl-C to stop.")
-        while all(p.poll() is None for p in procs):
-            time.sleep(1)
-    except KeyboardInterrupt:
-        pass
+        with _stop_on_signals():
+            procs.append(subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)]))
+            wait_for_api(url, proc=procs[0])
+            os.environ["SCALEBOOK_API_URL"] = url
+            if load_examples:
+                import_examples(example_data_dir(), url)
+            env = {**os.environ, "SCALEBOOK_API_URL": url}
+            procs.append(subprocess.Popen(_dashboard_cmd(dashboard_port), env=env))
+            console.print(f"\n[bold]scalebook is up[/]: API {url} (docs {url}/docs), "
+                          f"dashboard http://127.0.0.1:{dashboard_port}. Ctrl-C to stop.")
+            while all(p.poll() is None for p in procs):
+                time.sleep(0.5)
     finally:
-        for p in procs:
+        _stop_children(procs)
+    failed = [p for p in procs if p.returncode not in (0, -signal.SIGTERM, -signal.SIGINT)]
+    if failed:
+        fail(f"a child process exited with {failed[0].returncode}: {' '.join(map(str, failed[0].args))}")
+
+
+def _stop_children(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM to every child still running (the dashboard first, then the API, so nothing reads a
+    stopped API), wait up to 20 s each, then SIGKILL. Signals arriving meanwhile are ignored: the
+    children are stopping already."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for p in reversed(procs):
             if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in procs:
+                p.terminate()
             try:
-                p.wait(timeout=10)
+                p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+                p.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
