@@ -259,7 +259,9 @@ def _create_database(backend: str, pg_url: str, workdir: Path) -> tuple[str, Cal
 
     if backend == "duckdb":
         url = f"duckdb:///{workdir / 'bench.duckdb'}"
-        drop = lambda: None
+
+        def drop() -> None:
+            return None
     else:
         admin_url = _pg_admin_url(pg_url)
         name = f"scalebook_bench_{uuid.uuid4().hex[:8]}"

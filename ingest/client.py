@@ -50,10 +50,11 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 log = logging.getLogger("scalebook.client")
 
@@ -79,7 +80,7 @@ def default_spool_dir() -> Path:
 class PushError(Exception):
     """Raised by a ``strict=True`` client when a run was rejected or could not be kept."""
 
-    def __init__(self, message: str, result: "PushResult"):
+    def __init__(self, message: str, result: PushResult):
         super().__init__(message)
         self.result = result
 
@@ -167,7 +168,7 @@ def _dumps(obj: Any) -> str:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat()
+    return _dt.datetime.now(_dt.UTC).isoformat()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -334,7 +335,7 @@ class Client:
                     mid = len(batch) // 2
                     queue[0:0] = [batch[:mid], batch[mid:]]
                 else:
-                    out.rejected.append((batch[0], status, body))
+                    out.rejected.append((batch[0], status or 0, body))
 
     def _post(self, batch: list[dict], deadline: float, out: _Delivery) -> tuple[str, int | None, Any]:
         """POST one batch with retries. Returns ("ok", status, body), ("reject", status, body) for a

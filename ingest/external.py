@@ -44,9 +44,10 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ingest.record import REPORTED_FIELDS
 
@@ -311,7 +312,7 @@ def mlflow_records(runs: list[dict[str, Any]], mapping: Mapping, experiment: str
             rec.setdefault("name", info.get("run_name") or lookup["tag"].get("mlflow.runName"))
             if info.get("start_time") and rec.get("started_at") is None:
                 rec["started_at"] = _dt.datetime.fromtimestamp(int(info["start_time"]) / 1000,
-                                                               _dt.timezone.utc).isoformat()
+                                                               _dt.UTC).isoformat()
             _finish(rec, state)
         except ValueError as exc:
             out.rejected.append(Rejected(run_id, run, str(exc)))

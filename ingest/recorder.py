@@ -57,7 +57,7 @@ import logging
 import os
 import time
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -130,7 +130,7 @@ class Recorder:
 
     # ------------------------------------------------------------------ loop
     def __enter__(self) -> Recorder:
-        self._started_at = _dt.datetime.now(_dt.timezone.utc)
+        self._started_at = _dt.datetime.now(_dt.UTC)
         if self._cuda:
             torch.cuda.reset_peak_memory_stats()
         if self.warmup_steps == 0:
@@ -151,7 +151,7 @@ class Recorder:
         self.timed_tokens += int(tokens)
         self._t_last = now
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         try:
             self.record = self._build(exc if exc_type is not None and not _clean_exit(exc) else None)
         except Exception:  # noqa: BLE001 - never mask the training outcome
@@ -189,12 +189,14 @@ class Recorder:
             return None, None
         return torch.cuda.max_memory_allocated() / GIB, torch.cuda.max_memory_reserved() / GIB
 
-    def _reduce(self, seconds: float, peak: float | None, reserved: float | None) -> tuple[float, float, int, float | None, float | None]:
+    def _reduce(self, seconds: float, peak: float | None,
+                reserved: float | None) -> tuple[float, float, int, float | None, float | None]:
         """(max seconds, mean tokens, min timed steps, max peak GiB, max reserved GiB) over ranks."""
         dist = self._dist()
         if dist is None:
             return seconds, float(self.timed_tokens), self.timed_steps, peak, reserved
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        on_gpu = dist.get_backend() == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
         maxes = torch.tensor([seconds, peak or 0.0, reserved or 0.0, -float(self.timed_steps)],
                              dtype=torch.float64, device=device)
         sums = torch.tensor([float(self.timed_tokens)], dtype=torch.float64, device=device)
@@ -226,7 +228,8 @@ class Recorder:
         for key, value in defaults.items():
             if rec.get(key) is None and value is not None:
                 rec[key] = value
-        seconds = (self._t_last - self._t_start) if self.timed_steps and self._t_start is not None else 0.0
+        start, last = self._t_start, self._t_last
+        seconds = last - start if self.timed_steps and start is not None and last is not None else 0.0
         peak, reserved = self._memory()
         extra: dict[str, Any] = {"warmup_steps": self.warmup_steps, "steps": self.steps,
                                  "timed_steps": self.timed_steps}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -37,7 +37,7 @@ def create_token(session: Session, name: str, scope: str) -> tuple[ApiToken, str
                          [{"field": "scope", "value": scope, "message": "unknown scope"}])
     plain = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken(name=name, scope=scope, token_hash=hash_token(plain), prefix=plain[:10],
-                   created_at=datetime.now(timezone.utc).replace(tzinfo=None))
+                   created_at=datetime.now(UTC).replace(tzinfo=None))
     session.add(row)
     session.flush()
     return row, plain
@@ -51,7 +51,7 @@ def revoke_token(session: Session, token_id: int) -> ApiToken:
     row = session.get(ApiToken, token_id)
     if row is None:
         raise NotFound(f"no token with id {token_id}", [{"field": "id", "value": token_id, "message": "not found"}])
-    row.revoked_at = row.revoked_at or datetime.now(timezone.utc).replace(tzinfo=None)
+    row.revoked_at = row.revoked_at or datetime.now(UTC).replace(tzinfo=None)
     return row
 
 

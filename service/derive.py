@@ -136,13 +136,14 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         model_parallel = tp * pp * cp
         if dp is None:
             if world % model_parallel:
-                errors.append(FieldError("world_size", world,
-                                         f"world_size {world} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}"))
+                errors.append(FieldError(
+                    "world_size", world,
+                    f"world_size {world} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}"))
             else:
                 dp = world // model_parallel
         elif dp * model_parallel != world:
-            errors.append(FieldError("dp", dp,
-                                     f"tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * model_parallel} != world_size {world}"))
+            errors.append(FieldError(
+                "dp", dp, f"tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * model_parallel} != world_size {world}"))
     if dp and ep > 1 and (dp * cp * tp) % ep:
         errors.append(FieldError("ep", ep, f"ep {ep} must divide dp·cp·tp = {dp}·{cp}·{tp} = {dp * cp * tp} "
                                            "(expert parallelism is carved out of DP×CP, or folded over TP too: "

@@ -7,7 +7,7 @@ peak_memory_gib (GiB = 2**30 bytes per GPU), step_time_s (seconds per optimizer 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
@@ -25,7 +25,7 @@ PosInt = Field(default=None, ge=1, le=INT32_MAX)
 
 def as_utc(v: datetime | None) -> datetime | None:
     """A naive (UTC) datetime made timezone-aware, so it serialises as RFC 3339 with +00:00."""
-    return v.replace(tzinfo=timezone.utc) if v is not None and v.tzinfo is None else v
+    return v.replace(tzinfo=UTC) if v is not None and v.tzinfo is None else v
 
 
 #: a stored (naive UTC) timestamp on the wire: timezone-aware, RFC 3339 with its offset
@@ -51,7 +51,8 @@ class RunIn(BaseModel):
     started_at: datetime | None = Field(default=None, description="when the job ran (ISO 8601; naive = UTC)")
     source: str = Field(default="api", min_length=1, max_length=64)
     model_name: str | None = Field(default=None, max_length=200)
-    model_params: int | None = Field(default=None, ge=1, le=INT64_MAX, description="total parameters, embeddings included")
+    model_params: int | None = Field(default=None, ge=1, le=INT64_MAX,
+                                     description="total parameters, embeddings included")
     num_layers: int | None = PosInt
     hidden_size: int | None = PosInt
     num_heads: int | None = PosInt
@@ -71,8 +72,10 @@ class RunIn(BaseModel):
     ep: int | None = PosInt
     zero_stage: int | None = Field(default=None, ge=0, le=3,
                                    description="ZeRO/FSDP stage: FULL_SHARD=3, SHARD_GRAD_OP=2")
-    micro_batch_size: int | None = Field(default=None, ge=1, le=INT32_MAX, description="samples per micro-batch per DP replica")
-    grad_accum_steps: int | None = Field(default=None, ge=1, le=INT32_MAX, description="micro-batches per optimizer step")
+    micro_batch_size: int | None = Field(default=None, ge=1, le=INT32_MAX,
+                                         description="samples per micro-batch per DP replica")
+    grad_accum_steps: int | None = Field(default=None, ge=1, le=INT32_MAX,
+                                         description="micro-batches per optimizer step")
     global_batch_tokens: int | None = Field(default=None, ge=1, le=INT64_MAX,
                                             description="dp·micro_batch_size·grad_accum_steps·seq_len unless given")
     recompute: Recompute | None = None
@@ -99,7 +102,7 @@ class RunIn(BaseModel):
     def _utc_naive(cls, v: datetime | None) -> datetime | None:
         if v is not None and v.tzinfo is not None:
             try:
-                v = v.astimezone(timezone.utc).replace(tzinfo=None)
+                v = v.astimezone(UTC).replace(tzinfo=None)
             except OverflowError as exc:
                 raise ValueError(f"{v.isoformat()} is outside the representable UTC range") from exc
         return v

@@ -225,7 +225,8 @@ def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", li
         if value is None:
             continue
         if name not in FILTER_COLUMNS:
-            raise BadRequest(f"cannot filter on '{name}'", [{"field": name, "value": value, "message": "unknown filter"}])
+            raise BadRequest(f"cannot filter on '{name}'",
+                             [{"field": name, "value": value, "message": "unknown filter"}])
         conds.append(getattr(Run, name) == value)
     if started_after:
         conds.append(Run.started_at >= naive_utc(started_after))

@@ -10,7 +10,6 @@ from datetime import datetime
 
 from sqlalchemy import (
     JSON,
-    func,
     BigInteger,
     DateTime,
     Double,
@@ -20,6 +19,7 @@ from sqlalchemy import (
     Sequence,
     String,
     Text,
+    func,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -125,7 +125,8 @@ Index("ix_runs_best_mfu", Run.model_size_class, Run.nodes, func.coalesce(Run.mfu
       Run.id, postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
 Index("ix_runs_config", Run.model_size_class, Run.nodes, Run.gpus_per_node, Run.gpu_type, Run.seq_len, Run.dp, Run.tp,
       Run.pp, Run.cp, Run.ep, Run.zero_stage, Run.micro_batch_size, Run.grad_accum_steps, Run.recompute,
-      postgresql_include=["tokens_per_sec_per_gpu", "mfu_derived", "mfu", "global_batch_tokens", "peak_memory_gib", "id"],
+      postgresql_include=["tokens_per_sec_per_gpu", "mfu_derived", "mfu", "global_batch_tokens", "peak_memory_gib",
+                          "id"],
       postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
 Index("ix_runs_oom", Run.model_size_class,
       postgresql_include=["tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute", "seq_len", "dp"],

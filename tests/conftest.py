@@ -23,8 +23,8 @@ import uvicorn
 
 from service.api import create_app
 from service.db import Database
-from service.tables import Base
 from service.settings import Settings
+from service.tables import Base
 
 REPO = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get("SCALEBOOK_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import shared_data_dir
 
 from ingest.classify import (
     Classification,
@@ -19,7 +20,6 @@ from ingest.classify import (
     main,
     status_for,
 )
-from conftest import shared_data_dir
 from ingest.record import ERROR_CLASSES
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import REPO, free_port
 
 from ingest import Client, PushError
-from conftest import REPO, free_port
 
 
 def run(i: int, **extra) -> dict:

@@ -11,9 +11,9 @@ from collections import Counter
 
 import pandas as pd
 import pytest
+from conftest import post_records
 from fastapi.testclient import TestClient
 
-from conftest import post_records
 from dashboard.api import ApiDown, ApiError, Client, clean_params
 from dashboard.logic import failures as fl
 from dashboard.logic import heatmap as hm

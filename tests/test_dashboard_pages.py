@@ -15,9 +15,8 @@ import httpx
 import pandas as pd
 import pytest
 import streamlit as st
-from streamlit.testing.v1 import AppTest
-
 from conftest import free_port, post_records
+from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 DUCKDB = pytest.mark.parametrize("backend", ["duckdb"], indirect=True)

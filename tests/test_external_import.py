@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import REPO, free_port
 from typer.testing import CliRunner
 
-from conftest import REPO, free_port
 from ingest import external
 from service.cli import app
 

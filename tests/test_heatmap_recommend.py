@@ -142,7 +142,8 @@ def test_recommend_unrecorded_node_count_adapts_neighbours(nanotron_client, data
         # never a config that a recorded OOM with the same or more sharding already ruled out
         for o in ooms:
             same_mp = (int(o["tp"]), int(o["pp"])) == (cfg["tp"], cfg["pp"])
-            more_sharded = int(o["zero_stage"]) >= cfg["zero_stage"] and (cfg["zero_stage"] == 0 or int(o["dp"]) >= cfg["dp"])
+            more_sharded = (int(o["zero_stage"]) >= cfg["zero_stage"]
+                            and (cfg["zero_stage"] == 0 or int(o["dp"]) >= cfg["dp"]))
             assert not (same_mp and more_sharded and int(o["mbs"]) <= cfg["micro_batch_size"]), (c, o["name"])
     distances = [c["distance"] for c in cands]
     assert distances == sorted(distances)

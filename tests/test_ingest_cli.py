@@ -9,9 +9,9 @@ import sys
 
 import httpx
 import pytest
+from conftest import REPO, free_port
 from typer.testing import CliRunner
 
-from conftest import REPO, free_port
 from ingest import Client
 from ingest.classify import classify_line
 from service.cli import app

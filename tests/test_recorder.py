@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")  # CI installs torch (CPU wheel); skipped only without it
 
 from conftest import REPO  # noqa: E402
+
 from ingest import Client, Recorder  # noqa: E402
 
 TRAIN_TINY = REPO / "examples" / "train_tiny.py"

@@ -158,7 +158,8 @@ def test_plan_rejects_bad_inputs(client):
         r = client.get("/api/v1/plan", params={**base, **bad})
         assert r.status_code == status, (bad, r.text)
         assert r.json()["error"]["message"]
-    r = client.get("/api/v1/plan", params={k: v for k, v in base.items() if k != "peak_tflops"} | {"gpu_type": "TPU-v9"})
+    r = client.get("/api/v1/plan",
+                   params={k: v for k, v in base.items() if k != "peak_tflops"} | {"gpu_type": "TPU-v9"})
     assert r.status_code == 400 and "catalog" in r.json()["error"]["message"]
     r = client.get("/api/v1/plan", params={k: v for k, v in base.items() if k != "mfu"} | {"gpu_type": "H100"})
     assert r.status_code == 400 and "mfu" in r.json()["error"]["message"]  # empty store: no recorded MFU
@@ -177,7 +178,8 @@ def test_plan_takes_mfu_from_the_nearest_recorded_run(nanotron_client, data_dir)
     run = nanotron_client.get(f"/api/v1/runs/{body['mfu_run']['id']}").json()
     assert run["name"] == best["name"]
     nodes = int(float(best["nodes"]))
-    assert body["mfu_source"] == f"nearest run #{run['id']} (1.3B, {nodes} node{'s' if nodes > 1 else ''}, H100-SXM-80GB)"
+    plural = "s" if nodes > 1 else ""
+    assert body["mfu_source"] == f"nearest run #{run['id']} (1.3B, {nodes} node{plural}, H100-SXM-80GB)"
     assert body["peak_tflops"] == 989 and body["peak_source"].startswith("catalog: H100-SXM-80GB")
     assert "datasheet" in body["peak_source"]
     exact = 6 * 1.34e9 * 100e9 / (H100_BF16_PEAK * mfu(best) * 7 * 86400)
@@ -204,6 +206,7 @@ def test_plan_takes_mfu_from_the_nearest_recorded_run(nanotron_client, data_dir)
 def test_scaling_and_plan_cli(live_api, data_dir):
     import httpx
     from conftest import post_records
+
     from ingest.parsers import nanotron
     from service.cli import app
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 from collections import Counter
 
 import pytest
@@ -267,6 +266,7 @@ def test_request_validation(client):
 def test_sql_cli_formats(live_api, data_dir):
     import httpx
     from conftest import post_records
+
     from ingest.parsers import nanotron
     from service.cli import app
 

@@ -10,8 +10,8 @@ import time
 
 import httpx
 import pytest
-
 from conftest import create_pg_database, drop_pg_database, free_port
+
 from service.db import Database
 from service.errors import StaleSchema
 

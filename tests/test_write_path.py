@@ -111,9 +111,9 @@ def test_database_errors_map_to_500_not_503(client, database):
 
 
 def test_unreachable_database_is_503(settings):
+    from conftest import free_port
     from fastapi.testclient import TestClient
 
-    from conftest import free_port
     from service.api import create_app
     from service.db import Database
 

@@ -10,9 +10,9 @@ from typing import Any
 import streamlit as st
 
 from dashboard import data, ui
+from dashboard.components.runs import COLUMNS as RUN_COLUMNS
 from dashboard.logic import heatmap as hm
 from dashboard.logic.fmt import nodes_label, size_label
-from dashboard.components.runs import COLUMNS as RUN_COLUMNS
 from dashboard.logic.runs import runs_table
 
 CELL_KEY = "hm_cell"
@@ -75,7 +75,8 @@ def downloads(fig: Any, cells: list[dict[str, Any]]) -> None:
     with c2:
         if importlib.util.find_spec("kaleido") is not None:
             st.download_button("Heatmap as PNG", data=lambda: fig.to_image(format="png", scale=2),
-                               icon=":material/image:", file_name="scalebook-heatmap.png", mime="image/png", key="hm_png", on_click="ignore")
+                               icon=":material/image:", file_name="scalebook-heatmap.png", mime="image/png",
+                               key="hm_png", on_click="ignore")
         else:
             st.download_button("Heatmap as HTML", data=lambda: fig.to_html(include_plotlyjs=True, full_html=True),
                                file_name="scalebook-heatmap.html", mime="text/html", key="hm_html",

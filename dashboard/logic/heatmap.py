@@ -17,8 +17,9 @@ a plotly figure coloured by the chosen metric (cells with only failures in grey,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go

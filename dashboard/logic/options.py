@@ -8,8 +8,9 @@ covered whatever the number of runs).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import date, datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 Run = Mapping[str, Any]
 

@@ -12,7 +12,7 @@ with a deterministic ``run_key``) and ``rejects`` (:class:`Reject`: line, raw ro
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from ingest.parsers.common import ParseResult, Reject, read_rows
 from ingest.parsers.nanotron import parse_file as parse_nanotron

@@ -20,9 +20,10 @@ import json
 import math
 import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ingest.record import RECOMPUTE, REPORTED_FIELDS, STATUSES
 
@@ -81,7 +82,7 @@ class RowError(ValueError):
     """Raised while converting one row; the parser turns it into a :class:`Reject`."""
 
 
-def cell_error(column: str, raw: str, what: str) -> RowError:
+def cell_error(column: str, raw: str | None, what: str) -> RowError:
     """The standard reject reason: ``column 'tp': 'two' is not an integer``."""
     return RowError(f"column {column!r}: {raw!r} {what}")
 

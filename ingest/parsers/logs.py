@@ -61,7 +61,8 @@ from __future__ import annotations
 
 import re
 import statistics
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ingest.classify import classify_text
 from ingest.record import ALIASES, REPORTED_FIELDS
@@ -188,9 +189,9 @@ def _nanotron(text: str) -> tuple[list[dict], dict, dict, dict]:
     window("OptimizerArgs(", {"zero_stage": "zero_stage"})
     window("TokensArgs(", {"sequence_length": "seq_len", "micro_batch_size": "micro_batch_size",
                            "batch_accumulation_per_replica": "grad_accum_steps"})
-    m = re.search(r"\b\w+Config\((?=[^)]*hidden_size=)", text)
-    if m:
-        window(m.group(0), {"hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
+    found = re.search(r"\b\w+Config\((?=[^)]*hidden_size=)", text)
+    if found:
+        window(found.group(0), {"hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
                             "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
                             "intermediate_size": "ffn_hidden_size", "vocab_size": "vocab_size"})
     return records, memory, config, {}
@@ -275,7 +276,7 @@ def _torchtitan(text: str) -> tuple[list[dict], dict, dict, dict]:
     for m in _TITAN_STEP.finditer(text):
         rest = m.group(3)
 
-        def grab(pattern: str) -> float | None:
+        def grab(pattern: str, rest: str = rest) -> float | None:
             hit = re.search(pattern, rest)
             return _number(hit.group(1)) if hit else None
 
@@ -296,19 +297,19 @@ def _torchtitan(text: str) -> tuple[list[dict], dict, dict, dict]:
         )
     config: dict[str, Any] = {}
     extra: dict[str, Any] = {}
-    m = re.search(r"size:\s*([\d,]+) total parameters", text)
-    if m:
-        config["model_params"] = int(m.group(1).replace(",", ""))
-    m = re.search(r"sequence length (\d+)", text)
-    if m:
-        config["seq_len"] = int(m.group(1))
+    found = re.search(r"size:\s*([\d,]+) total parameters", text)
+    if found:
+        config["model_params"] = int(found.group(1).replace(",", ""))
+    found = re.search(r"sequence length (\d+)", text)
+    if found:
+        config["seq_len"] = int(found.group(1))
         g = re.search(r"global batch size (\d+)", text)
         if g:
             config["global_batch_tokens"] = int(g.group(1)) * config["seq_len"]
-    m = re.search(r"Building \d+-D device mesh with \[([^\]]*)\], \[([\d,\s]*)\]", text)
-    if m:
-        names = re.findall(r"'(\w+)'", m.group(1))
-        sizes = [int(s) for s in re.findall(r"\d+", m.group(2))]
+    found = re.search(r"Building \d+-D device mesh with \[([^\]]*)\], \[([\d,\s]*)\]", text)
+    if found:
+        names = re.findall(r"'(\w+)'", found.group(1))
+        sizes = [int(s) for s in re.findall(r"\d+", found.group(2))]
         dims = dict(zip(names, sizes))
         extra["device_mesh"] = dims
         # Only a mesh of the usual disjoint dimensions says what dp/tp/pp/cp and the world are.

@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any
 
 from ingest.parsers.common import (
     ParseResult,
     RowError,
-    parse_rows,
     apply_defaults,
     canonical_precision,
     canonical_recompute,
@@ -52,6 +52,7 @@ from ingest.parsers.common import (
     parse_float,
     parse_int,
     parse_percent,
+    parse_rows,
     parse_size,
     row_digest,
 )
@@ -140,7 +141,7 @@ def parse_row(cells: Mapping[str, str], defaults: Mapping[str, Any] | None = Non
         if rec.get(dim) is None:
             raise RowError(f"column {dim!r}: empty; the parallel layout (dp, tp, pp) is required")
     if cells.get("mfu"):
-        rec["mfu"], _approx = parse_percent("mfu", cells["mfu"])
+        rec["mfu"], _approx = parse_percent("mfu", cells["mfu"]) or (None, False)
 
     _topology(cells, rec, extra, defaults)
     _global_batch(cells, rec, extra)
@@ -197,7 +198,8 @@ def _global_batch(cells: Mapping[str, str], rec: dict, extra: dict) -> None:
     parts = [rec.get(f) for f in ("dp", "micro_batch_size", "grad_accum_steps")]
     seq = rec.get("seq_len")
     if all(p is not None for p in parts):
-        samples = parts[0] * parts[1] * parts[2]
+        dp, mbs, gas = (int(p) for p in parts if p is not None)
+        samples = dp * mbs * gas
         tokens = samples * seq if seq is not None else None
         if tokens is not None:
             rec["global_batch_tokens"] = tokens
@@ -228,11 +230,11 @@ def _model(cells: Mapping[str, str], rec: dict, extra: dict, defaults: Mapping) 
         rec["model_name"] = defaults.get("model_name", f"nanotron-{m.group(1)}{unit}")
     elif cells.get("num_params"):
         # The playbook's num_params column is the corrected size in billions (1.34 on every row).
-        value = parse_decimal("num_params", cells["num_params"])[0]
+        value = (parse_decimal("num_params", cells["num_params"]) or (0,))[0]
         rec["model_params"] = int(value * 10**9)
         extra["model_params_from"] = "num_params (billions)"
     elif cells.get("Total Params") and rec["pp"] == 1:
-        rec["model_params"] = parse_size("Total Params", cells["Total Params"])[0]
+        rec["model_params"] = (parse_size("Total Params", cells["Total Params"]) or (None,))[0]
         extra["model_params_from"] = "Total Params"
 
     mismatch = {}
@@ -282,6 +284,8 @@ def _extras(cells: Mapping[str, str], extra: dict) -> None:
             continue
         if col in _EXTRA_NUMBERS or col.endswith("(GB/s)"):
             number = parse_float(col, value)
+            if number is None:
+                continue
             whole = col in _EXTRA_INTS and number.is_integer()
             extra[extra_key(col)] = int(number) if whole else number
         elif col in _EXTRA_BOOLS:

@@ -49,13 +49,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any
 
 from ingest.parsers.common import (
     ParseResult,
     RowError,
-    parse_rows,
     apply_defaults,
     canonical_precision,
     canonical_recompute,
@@ -66,6 +66,7 @@ from ingest.parsers.common import (
     parse_float,
     parse_int,
     parse_percent,
+    parse_rows,
     parse_size,
     row_digest,
 )
@@ -226,8 +227,9 @@ def _topology(cells: Mapping[str, str], rec: dict, extra: dict, defaults: Mappin
     gpu_type = rec.get("gpu_type") or defaults.get("gpu_type") or ""
     kind = _accelerator_kind(gpu_type)
     world = parse_int("num_gpus", cells.get("num_gpus"))
-    if world is None and kind == "tpu" and _TPU_COUNT_RE.search(gpu_type):
-        world = int(_TPU_COUNT_RE.search(gpu_type).group(1))
+    tpu_count = _TPU_COUNT_RE.search(gpu_type) if world is None and kind == "tpu" else None
+    if tpu_count:
+        world = int(tpu_count.group(1))
         extra["world_size_from_gpu_type"] = True
     if kind == "tpu" and re.search(r"v5p-\d+", gpu_type, re.IGNORECASE):
         extra["accelerator_count_convention"] = (

@@ -1,12 +1,11 @@
 """Initial schema: the runs table (DESIGN §2) and api_tokens.
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-23 03:40:56.655390
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0001'
 down_revision = None

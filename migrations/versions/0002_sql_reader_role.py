@@ -16,9 +16,8 @@ Create Date: 2026-11-23 04:10:00
 """
 import logging
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0002'
 down_revision = '0001'

@@ -382,7 +382,7 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
                              "communication_buffers": comm},
             "optimizer_step": {"communication_buffers": comm + staging * params},
         }
-        best = None
+        best: tuple[float, dict[str, float], str] | None = None
         for phase, transient in phases.items():
             dynamic = sum(transient.values())
             parts = dict(persistent)
@@ -396,6 +396,7 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
             if first and phase == "optimizer_step":
                 opt_first = total - parts["allocator_fragmentation"] - parts["cuda_context_nccl"]
         name = "only" if pp == 1 else "first" if first else "last" if last else f"stage {r}"
+        assert best is not None  # phases is never empty
         stages[name] = best
 
     peak_stage = max(stages, key=lambda k: stages[k][0])

@@ -138,7 +138,8 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         run, mfu, distance = found
         mfu_run = {"id": run.id, "model_size_class": run.model_size_class, "nodes": run.nodes,
                    "gpu_type": run.gpu_type, "mfu": mfu, "distance": round(distance, 4)}
-        mfu_source = (f"nearest run #{run.id} ({run.model_size_class:g}B, {run.nodes} node{'s' if run.nodes != 1 else ''}"
+        plural = "s" if run.nodes != 1 else ""
+        mfu_source = (f"nearest run #{run.id} ({run.model_size_class:g}B, {run.nodes} node{plural}"
                       f", {run.gpu_type or '?'})")
         if gpu_type is None and run.gpu_type:
             canonical_gpu = hardware.canonical_gpu_type(run.gpu_type)

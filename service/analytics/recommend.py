@@ -176,7 +176,8 @@ def _groups(session: Session, size_class: float | None, target: Target,
     value, mfu_eff, tps, peak_memory_gib, global_batch_tokens) — first in service/ranking.py's
     order. Limited to size classes and node counts within a factor of 16 of the target; widened
     to everything when that window is empty."""
-    windows = [((size_class / 16, size_class * 16), (max(1, target.nodes // 16), target.nodes * 16))] if size_class else []
+    windows = ([((size_class / 16, size_class * 16), (max(1, target.nodes // 16), target.nodes * 16))]
+               if size_class else [])
     for window in (*windows, (None, None)):
         rows = _group_rows(session, value, *window)
         if rows:

@@ -12,10 +12,10 @@ from pydantic import BaseModel, ConfigDict, create_model
 from service import __version__
 from service.analytics import heatmap as hm
 from service.analytics import recommend as rec
+from service.api.deps import DatabaseDep, SessionDep
 from service.api.responses import model_response
 from service.api.security import READ
 from service.ranking import config_label
-from service.api.deps import DatabaseDep, SessionDep
 from service.schemas import ErrorBody, Health, RunOut, UtcDatetime
 from service.store import naive_utc
 from service.tables import Run

@@ -59,7 +59,8 @@ class BodySizeLimit:
 
     async def _reject(self, send: Send, size: int) -> None:
         body = json.dumps({"error": {"code": "payload_too_large",
-                                     "message": f"request body of {size} bytes exceeds the limit of {self.max_bytes} bytes "
+                                     "message": f"request body of {size} bytes exceeds the limit of "
+                                                f"{self.max_bytes} bytes "
                                                 "(SCALEBOOK_MAX_BODY_BYTES); send fewer runs per request",
                                      "details": [{"field": "body", "value": size, "message": "too large"}]}}).encode()
         await send({"type": "http.response.start", "status": 413,

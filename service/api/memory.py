@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
 
 from service.analytics.memory import estimate_memory
 from service.api.security import READ

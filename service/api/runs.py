@@ -10,9 +10,9 @@ import pydantic_core
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from service import store
+from service.api.deps import DatabaseDep, SessionDep, SettingsDep
 from service.api.responses import model_response
 from service.api.security import READ, WRITE
-from service.api.deps import DatabaseDep, SessionDep, SettingsDep
 from service.errors import BadRequest, PayloadTooLarge
 from service.schemas import ErrorBody, RunOut, RunsPage, StoredRunIds, StoredRuns
 
@@ -117,7 +117,8 @@ def list_runs(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
-    sort: Annotated[str, Query(description="column, '-' prefix for descending: " + ", ".join(store.SORT_COLUMNS))] = "id",
+    sort: Annotated[str, Query(description="column, '-' prefix for descending: "
+                                           + ", ".join(store.SORT_COLUMNS))] = "id",
     model_name: str | None = None,
     model_params: Annotated[int | None, Query(ge=1)] = None,
     model_size_class: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,

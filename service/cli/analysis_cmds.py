@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 
 import typer
 from rich.table import Table
@@ -14,7 +14,7 @@ from rich.table import Table
 from service.cli.base import Api, ApiError, app, console, err_console, fail, fetch, print_json
 
 
-class SqlFormat(str, Enum):
+class SqlFormat(StrEnum):
     table = "table"
     csv = "csv"
     json = "json"

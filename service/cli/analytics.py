@@ -73,8 +73,8 @@ def heatmap(
                 mem = b.get("peak_memory_gib")
                 row.append(f"{_label(b)}\n"
                            f"{'MFU %.1f%%' % (100 * mfu) if mfu is not None else 'MFU ?'}"
-                           f"{' · %.1f GiB' % mem if mem is not None else ''}\n"
-                           f"{'%s tok/s/GPU' % format(round(tps), ',') if tps is not None else ''}\n"
+                           f"{f' · {mem:.1f} GiB' if mem is not None else ''}\n"
+                           f"{f'{round(tps):,} tok/s/GPU' if tps is not None else ''}\n"
                            f"ok {c['n_success']} · OOM {c['n_oom']} · failed {c['n_failed']}")
         table.add_row(*row)
     console.print(table)

@@ -21,7 +21,8 @@ def upgrade(revision: str = typer.Argument("head", help="target Alembic revision
     try:
         db.wait_until_ready(timeout_s=30)
         db.upgrade(revision)
-        console.print(f"database {db.engine.url.render_as_string(hide_password=True)} at revision {db.current_revision()}")
+        shown = db.engine.url.render_as_string(hide_password=True)
+        console.print(f"database {shown} at revision {db.current_revision()}")
     except ScalebookError as exc:
         fail(exc.message)
     finally:

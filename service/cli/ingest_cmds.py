@@ -59,8 +59,8 @@ def sync(
 
 
 @app.command("classify")
-def classify(root_cause: bool = typer.Option(False, "--root-cause",
-                                             help="classify stdin as one log: class, status, line number, line")) -> None:
+def classify(root_cause: bool = typer.Option(
+        False, "--root-cause", help="classify stdin as one log: class, status, line number, line")) -> None:
     """Read log lines on stdin; print one failure class per line (`none` for lines that are not errors)."""
     from ingest.classify import classify_stream, classify_text
 

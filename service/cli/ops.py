@@ -51,7 +51,8 @@ def _open_direct():
 
 def _token_dict(row: Any, plain: str | None = None) -> dict[str, Any]:
     out = {"id": row.id, "name": row.name, "scope": row.scope, "prefix": row.prefix,
-           "created_at": row.created_at.isoformat(), "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None}
+           "created_at": row.created_at.isoformat(),
+           "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None}
     if plain is not None:
         out["token"] = plain
         out.pop("revoked_at")
