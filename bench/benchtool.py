@@ -132,7 +132,8 @@ def generate_runs(n: int, seed: int = 0, *, prefix: str | None = None,
     templates = templates or load_templates(data_dir)
     errors = _error_lines(data_dir)
     prefix = prefix or f"bench{seed}"
-    statuses, weights = zip(*STATUS_MIX)
+    statuses = [s for s, _ in STATUS_MIX]
+    weights = [w for _, w in STATUS_MIX]
     epoch = datetime(2024, 1, 1)
     span_s = int(timedelta(days=900).total_seconds())
     for i in range(n):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install scalebook with its test dependencies into .venv (pinned in pyproject.toml), install what
-# the tests need (headless Chromium from Debian's packages), make sure PostgreSQL is up, and run the
-# whole suite: every database test runs on DuckDB and on PostgreSQL.
+# the tests need (headless Chromium from Debian's packages), make sure PostgreSQL is up, lint (ruff)
+# and type-check (mypy) as configured in pyproject.toml, and run the whole suite: every database
+# test runs on DuckDB and on PostgreSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
@@ -11,5 +12,7 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
   for _ in $(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
 fi
+.venv/bin/ruff check service ingest dashboard bench tests migrations
+.venv/bin/mypy  # files and options: [tool.mypy] in pyproject.toml (service/, ingest/)
 mkdir -p test-output
 exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"

@@ -32,7 +32,7 @@ INSERT_COLUMNS = [c for c in Run.__table__.columns if c.name != "id"]
 _NAMES = [c.name for c in INSERT_COLUMNS]
 
 
-def _arrow_type(col: sa.Column) -> pa.DataType:
+def _arrow_type(col: Any) -> pa.DataType:
     t = col.type
     if isinstance(t, sa.BigInteger | sa.Integer):
         return pa.int64()
@@ -43,7 +43,7 @@ def _arrow_type(col: sa.Column) -> pa.DataType:
     return pa.string()
 
 
-def _pg_array_type(col: sa.Column) -> str:
+def _pg_array_type(col: Any) -> str:
     t = col.type
     if isinstance(t, sa.BigInteger):
         return "bigint[]"

@@ -175,7 +175,9 @@ class Database:
             return MigrationContext.configure(conn).get_current_revision()
 
     def head_revision(self) -> str:
-        return ScriptDirectory.from_config(alembic_config(self.url)).get_current_head()
+        head = ScriptDirectory.from_config(alembic_config(self.url)).get_current_head()
+        assert head is not None  # the migrations have one head
+        return head
 
     def check_schema(self) -> None:
         """Raise StaleSchema unless the database is at the migrations' head."""

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.orm import QueryableAttribute
 
 from ingest.record import STATUSES
 
@@ -59,7 +60,11 @@ def rank_key(run: Mapping[str, Any], metric: str = "tokens_per_sec_per_gpu") -> 
     return (value is None, -(value or 0.0), mfu is None, -(mfu or 0.0), run["id"])
 
 
-def best_order(value: sa.ColumnElement, mfu: sa.ColumnElement, run_id: sa.ColumnElement) -> list[sa.ColumnElement]:
+#: a SQL expression or an ORM column attribute (Run.id)
+SqlExpr = sa.ColumnElement[Any] | QueryableAttribute[Any]
+
+
+def best_order(value: SqlExpr, mfu: SqlExpr, run_id: SqlExpr) -> list[sa.ColumnElement[Any]]:
     """The ranking as a SQL ORDER BY over the columns given: value DESC NULLS LAST, MFU DESC NULLS
     LAST, id ASC (the same order as `rank_key`)."""
     return [value.desc().nulls_last(), mfu.desc().nulls_last(), run_id.asc()]

@@ -114,7 +114,7 @@ class RunOut(RunIn):
     model_config = ConfigDict(extra="ignore", from_attributes=True)
 
     id: int
-    run_key: str  # type: ignore[assignment]
+    run_key: str
     ingested_at: datetime
     model_size_class: float | None = Field(default=None, description="billions, 2 significant figures")
     mfu_derived: float | None = Field(default=None, description="PaLM-formula MFU from throughput and catalog peak")

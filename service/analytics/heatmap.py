@@ -21,12 +21,12 @@ from sqlalchemy.orm import Session
 
 from service import hardware
 from service.errors import BadRequest
-from service.ranking import METRICS, best_order
+from service.ranking import METRICS, SqlExpr, best_order
 from service.tables import Run
 
 #: 'success' inlined in the SQL (not a bind parameter), so PostgreSQL matches the partial indexes
 #: `... WHERE status = 'success'` in generic (prepared) plans too
-SUCCESS_LITERAL = sa.literal_column("'success'")
+SUCCESS_LITERAL: sa.ColumnElement[Any] = sa.literal_column("'success'")
 
 #: The columns of a cell's best run (DESIGN §4: the config DP/TP/PP/CP/ZeRO/MBS/GAS/recompute, MFU,
 #: peak memory), with what the dashboard shows of it (throughput, hardware, seq_len, framework, …)
@@ -44,10 +44,10 @@ BEST_COLUMNS = (
 )
 
 
-def metric_expr(metric: str) -> sa.ColumnElement:
+def metric_expr(metric: str) -> sa.ColumnElement[Any]:
     """SQL expression of a ranking metric; BadRequest for an unknown one."""
     if metric == "tokens_per_sec_per_gpu":
-        return Run.tokens_per_sec_per_gpu
+        return Run.tokens_per_sec_per_gpu.expression
     if metric == "mfu":
         return sa.func.coalesce(Run.mfu_derived, Run.mfu)
     raise BadRequest(f"unknown metric '{metric}'; one of {', '.join(METRICS)}",
@@ -121,7 +121,7 @@ def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per
     return cells
 
 
-def _counts() -> list[sa.ColumnElement]:
+def _counts() -> list[SqlExpr]:
     return [
         Run.model_size_class, Run.nodes,
         sa.func.count().filter(Run.status == "success").label("n_success"),

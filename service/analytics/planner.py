@@ -88,8 +88,12 @@ def nearest_mfu_run(session: Session, size_class: float, gpu_type: str | None) -
     run = session.scalars(sa.select(Run).where(Run.status == "success", Run.model_size_class == g.model_size_class,
                                                cond_gpu, mfu.is_not(None))
                           .order_by(mfu.desc(), Run.nodes.desc(), Run.id).limit(1)).first()
+    if run is None:
+        return None
     distance = abs(math.log(g.model_size_class / size_class)) + _hw_penalty(target, g.gpu_type)
-    return run, float(run.mfu_derived if run.mfu_derived is not None else run.mfu), distance
+    run_mfu = run.mfu_derived if run.mfu_derived is not None else run.mfu
+    assert run_mfu is not None  # selected WHERE the MFU is not null
+    return run, float(run_mfu), distance
 
 
 def plan(session: Session, *, model_params: str | int, tokens: str | int | float, days: float,
@@ -120,6 +124,7 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         raise BadRequest("gpus_per_node must be >= 1", [{"field": "gpus_per_node", "value": gpus_per_node,
                                                          "message": "must be >= 1"}])
     size_class = model_size_class(n_params)
+    assert size_class is not None  # n_params > 0 (parse_model_params)
     notes: list[str] = []
     canonical_gpu = hardware.canonical_gpu_type(gpu_type) if gpu_type else None
     if gpu_type and canonical_gpu is None and peak_tflops is None:
@@ -154,6 +159,7 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
                              [{"field": "gpu_type", "value": gpu_type, "message": "needed for the peak"}])
         peak_tflops = hardware.peak_tflops(acc.name, precision)
         peak_source = f"catalog: {acc.name} {hardware.canonical_precision(precision) or 'bf16'} dense ({acc.source})"
+    assert peak_tflops is not None and mfu is not None  # the catalog entry has a bf16 peak; mfu given or found
 
     seconds = days * SECONDS_PER_DAY
     total_flops = 6.0 * n_params * n_tokens
@@ -192,6 +198,7 @@ def _efficiency(session: Session, mfu_run: dict | None, size_class: float, gpu: 
     eff_target = sc.predicted_efficiency(fit, nodes)
     ref_nodes = (mfu_run or {}).get("nodes") or fit["base_nodes"]
     eff_ref = sc.predicted_efficiency(fit, ref_nodes)
+    assert curve is not None and eff_target is not None and eff_ref is not None  # a fit with a serial fraction
     measured_max = max(p["nodes"] for p in curve["points"])
     if nodes > 4 * measured_max:
         notes.append(f"{nodes} nodes is far beyond the measured {measured_max}: the efficiency is an Amdahl "

@@ -98,7 +98,7 @@ def find_regressions(session: Session, *, metric: str = "tokens_per_sec_per_gpu"
             flag = _judge(row, past, threshold, min_drop)
             if flag:
                 flags.append(flag)
-        history.append(row)
+        history.append(dict(row))
     flags.sort(key=lambda f: (-(f["drop_pct"] or 0.0), f["run_id"]))
     return {"metric": metric, "threshold": threshold, "min_history": min_history, "min_drop": min_drop,
             "since": since, "fingerprints_checked": len({r["fingerprint"] for r in rows}),

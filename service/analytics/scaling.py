@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 from service import hardware
 from service.analytics.heatmap import METRICS, metric_expr
 from service.errors import BadRequest, NotFound
+from service.ranking import best_order
 from service.tables import Run
 
 CONFIG_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
@@ -161,7 +162,9 @@ def scaling(session: Session, size_class: float, *, gpu_type: str | None = None,
     seq_len = _pin(session, Run.seq_len, seq_len, conds, notes, "sequence lengths")
 
     ranked = sa.select(
-        Run.id, sa.func.row_number().over(partition_by=Run.nodes, order_by=(value.desc(), Run.id)).label("rank"),
+        Run.id, sa.func.row_number().over(partition_by=Run.nodes,
+                                          order_by=best_order(value, sa.func.coalesce(Run.mfu_derived, Run.mfu),
+                                                              Run.id)).label("rank"),
     ).where(*conds).subquery()
     best = list(session.scalars(sa.select(Run).where(Run.id.in_(sa.select(ranked.c.id).where(ranked.c.rank == 1)))
                                 .order_by(Run.nodes)))
@@ -174,15 +177,23 @@ def scaling(session: Session, size_class: float, *, gpu_type: str | None = None,
                      "efficiencies compare per-GPU values")
 
     def metric_of(run: Run) -> float:
-        return float(run.tokens_per_sec_per_gpu if metric == "tokens_per_sec_per_gpu"
-                     else (run.mfu_derived if run.mfu_derived is not None else run.mfu))
+        value = (run.tokens_per_sec_per_gpu if metric == "tokens_per_sec_per_gpu"
+                 else run.mfu_derived if run.mfu_derived is not None else run.mfu)
+        assert value is not None  # the ranked runs have the metric
+        return float(value)
+
+    def world_of(run: Run) -> int:
+        assert run.nodes is not None  # the ranked runs have a node count
+        return run.world_size or (run.nodes * (run.gpus_per_node or 1))
 
     base = best[0]
-    base_world = base.world_size or (base.nodes * (base.gpus_per_node or 1))
+    base_nodes = base.nodes
+    assert base_nodes is not None
+    base_world = world_of(base)
     base_agg = metric_of(base) * base_world
-    points = []
+    points: list[dict[str, Any]] = []
     for run in best:
-        world = run.world_size or (run.nodes * (run.gpus_per_node or 1))
+        world = world_of(run)
         tps = run.tokens_per_sec_per_gpu
         points.append({
             "nodes": run.nodes, "world_size": world, "tokens_per_sec_per_gpu": tps,
@@ -201,7 +212,7 @@ def scaling(session: Session, size_class: float, *, gpu_type: str | None = None,
         reason = (f"only {len(usable)} node count measured ({base.nodes}); Amdahl's law needs at least two"
                   if usable else "no usable points")
     else:
-        fit = fit_amdahl([p["nodes"] / base.nodes for p in usable], [p["speedup"] for p in usable])
+        fit = fit_amdahl([p["nodes"] / base_nodes for p in usable], [p["speedup"] for p in usable])
         s = fit["serial_fraction"]
         amdahl = {
             "serial_fraction": s, "serial_fraction_stderr": fit["serial_fraction_stderr"], "r2": fit["r2"],

@@ -130,7 +130,7 @@ def _visible_ctes(table: exp.Table) -> set[str]:
     """CTE names visible where `table` stands: all CTEs of an enclosing query's WITH when the table is
     in the query body; only the earlier siblings (and itself WITH RECURSIVE) when inside a CTE."""
     visible: set[str] = set()
-    node: exp.Expression = table
+    node: exp.Expr = table
     while node.parent is not None:
         parent = node.parent
         if isinstance(parent, exp.With) and isinstance(node, exp.CTE):
@@ -166,7 +166,7 @@ def _check_table(table: exp.Table) -> None:
                   value=target.name)
 
 
-def _check_tree(root: exp.Expression) -> None:
+def _check_tree(root: exp.Expr) -> None:
     query = root
     while isinstance(query, (exp.Subquery, exp.Paren)):
         query = query.this
@@ -290,7 +290,9 @@ def _run_duckdb(db: Database, sql: str, timeout_s: float, max_rows: int) -> tupl
     # own connection, same instance; its pooled parent is held until the query is done (DuckDB
     # closes a duplicate() with its parent, and the pool closes surplus connections it gets back)
     parent = db.engine.connect()
-    con = parent.connection.driver_connection.duplicate()
+    driver = parent.connection.driver_connection
+    assert driver is not None  # a checked-out connection has its driver connection
+    con = driver.duplicate()
     try:
         if con.execute("SELECT current_setting('enable_external_access')").fetchone()[0]:
             con.execute("SET enable_external_access = false")  # instance-wide, irreversible (see docstring)
@@ -360,6 +362,7 @@ def _run_postgres(db: Database, sql: str, timeout_s: float, max_rows: int) -> tu
     timeout_ms = max(1, int(timeout_s * 1000))
     with db.engine.connect() as sa_conn:
         raw = sa_conn.connection.driver_connection
+        assert raw is not None  # a checked-out connection has its driver connection
         try:
             with raw.cursor() as cur:
                 cur.execute("SET TRANSACTION READ ONLY")

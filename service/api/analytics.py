@@ -27,7 +27,7 @@ Metric = Literal["tokens_per_sec_per_gpu", "mfu"]
 
 #: A cell's best run: the fields of hm.BEST_COLUMNS, each with RunOut's name, type and description
 #: (started_at a timezone-aware UTC datetime, as on RunOut), so the two cannot drift apart.
-CellBest = create_model(
+CellBest = create_model(  # type: ignore[call-overload]  # fields built from RunOut at import
     "CellBest",
     __config__=ConfigDict(allow_inf_nan=False),
     __doc__="A heatmap cell's best run, narrowed to its config (DP/TP/PP/CP/EP, ZeRO stage, MBS, GAS, "
@@ -44,7 +44,7 @@ CellBest = create_model(
 class HeatmapCell(BaseModel):
     model_size_class: float
     nodes: int
-    best: CellBest | None
+    best: CellBest | None  # type: ignore[valid-type]  # a pydantic model built by create_model
     config_label: str | None
     n_success: int
     n_oom: int

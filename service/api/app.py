@@ -73,5 +73,5 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
         app.openapi_schema = schema
         return schema
 
-    app.openapi = custom_openapi
+    app.openapi = custom_openapi  # type: ignore[method-assign]  # FastAPI's documented override
     return app

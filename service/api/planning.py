@@ -18,7 +18,7 @@ from service.store import naive_utc
 
 router = APIRouter(tags=["planning"])
 
-_ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}}
+_ERRORS: dict[int | str, dict[str, Any]] = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}}
 
 
 class ScalingPoint(BaseModel):
@@ -75,6 +75,7 @@ def get_scaling(
     has no successful run.
     """
     size_class = model_size_class(parse_model_params(model_params))
+    assert size_class is not None  # parse_model_params returns a positive count
     return Scaling(**scaling.scaling(session, size_class, gpu_type=gpu_type, seq_len=seq_len, metric=metric))
 
 

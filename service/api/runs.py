@@ -80,6 +80,7 @@ async def post_runs(
                          [{"field": "body", "value": None, "message": str(exc)}]) from exc
     batch = isinstance(payload, dict) and "runs" in payload
     if batch:
+        assert isinstance(payload, dict)
         extra_keys = set(payload) - {"runs"}
         if extra_keys or not isinstance(payload["runs"], list):
             raise BadRequest("a batch is {\"runs\": [...]} and nothing else",

@@ -10,7 +10,7 @@ the very next request.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -73,8 +73,9 @@ class TokenList(BaseModel):
     tokens: list[TokenInfo]
 
 
-_AUTH_ERRORS = {401: {"model": ErrorBody, "description": "no or unknown token (once tokens exist)"},
-                403: {"model": ErrorBody, "description": "token scope below admin"}}
+_AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "no or unknown token (once tokens exist)"},
+    403: {"model": ErrorBody, "description": "token scope below admin"}}
 
 
 @router.post("/tokens", status_code=201, response_model=TokenCreated, dependencies=[ADMIN],
@@ -87,7 +88,7 @@ async def create_token(body: TokenCreate, request: Request, db: DatabaseDep) -> 
     def _create() -> TokenCreated:
         with db.session(write=True) as session:
             row, plain = auth.create_token(session, body.name, body.scope)
-            return TokenCreated(id=row.id, name=row.name, scope=row.scope, token=plain, prefix=row.prefix,
+            return TokenCreated(id=row.id, name=row.name, scope=body.scope, token=plain, prefix=row.prefix,
                                 created_at=row.created_at)
 
     created = await run_in_threadpool(_create)

@@ -162,7 +162,7 @@ def push(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSO
     try:
         doc = json.loads(text)
         items = doc["runs"] if isinstance(doc, dict) and "runs" in doc else doc if isinstance(doc, list) else [doc]
-        lines = [(None, item) for item in items]
+        lines: list[tuple[int | None, Any]] = [(None, item) for item in items]
     except json.JSONDecodeError:
         lines = []
         for n, line in enumerate(text.splitlines(), 1):
@@ -172,9 +172,9 @@ def push(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSO
                 lines.append((n, json.loads(line)))
             except json.JSONDecodeError as exc:
                 summary.rejected.append({"line": n, "row": line, "reason": f"line {n}: not JSON ({exc.msg})"})
-    for n, item in lines:
+    for line_no, item in lines:
         records.append(item)
-        origins.append({"line": n, "row": item})
+        origins.append({"line": line_no, "row": item})
     summary.read = len(records) + len(summary.rejected)
     send_records(Api(), records, origins, summary)
     write_rejects(summary, rejects)

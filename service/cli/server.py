@@ -159,7 +159,7 @@ def up(
         _stop_children(procs)
     failed = [p for p in procs if p.returncode not in (0, -signal.SIGTERM, -signal.SIGINT)]
     if failed:
-        fail(f"a child process exited with {failed[0].returncode}: {' '.join(map(str, failed[0].args))}")
+        fail(f"a child process exited with {failed[0].returncode}: {failed[0].args!r}")
 
 
 def _stop_children(procs: list[subprocess.Popen]) -> None:
