@@ -15,9 +15,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dashboard.logic.fmt import config_label, size_label
+from ingest.record import STATUSES
 
 Run = Mapping[str, Any]
-FAILED_STATUSES = ("oom", "nccl_error", "timeout", "failed")
+FAILED_STATUSES = tuple(s for s in STATUSES if s != "success")
 
 
 def failure_class(run: Run) -> str:

@@ -6,6 +6,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from service.ranking import config_label  # noqa: F401 - the one label, re-exported for the pages
+
 Run = Mapping[str, Any]
 
 #: the parallel dimensions that open a config label, in the Playbook's order
@@ -57,21 +59,6 @@ def compact(value: float | None) -> str:
     if abs(value) >= 1e3:
         return f"{value / 1e3:.2f}k"
     return f"{value:.0f}"
-
-
-def config_label(cfg: Run) -> str:
-    """A run's (or a candidate config's) parallel layout, as the API's heatmap `config_label`:
-    "DP8 TP1 PP1 GAS16 Z1 MBS2" (CP/EP only when > 1, "RC:full" when recompute is set)."""
-    parts = [f"DP{cfg.get('dp') or '?'}", f"TP{cfg.get('tp') or '?'}", f"PP{cfg.get('pp') or '?'}"]
-    for dim in ("cp", "ep"):
-        if (cfg.get(dim) or 1) > 1:
-            parts.append(f"{dim.upper()}{cfg[dim]}")
-    zero = cfg.get("zero_stage")
-    parts += [f"GAS{cfg.get('grad_accum_steps') or '?'}", f"Z{zero if zero is not None else '?'}",
-              f"MBS{cfg.get('micro_batch_size') or '?'}"]
-    if cfg.get("recompute") and cfg.get("recompute") != "none":
-        parts.append(f"RC:{cfg['recompute']}")
-    return " ".join(parts)
 
 
 def split_label(label: str) -> tuple[str, str]:

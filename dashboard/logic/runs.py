@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from dashboard.logic.fmt import config_label, mfu_of
+from ingest.record import STATUSES  # noqa: F401 - the one status list, used by the runs page
 
 Run = Mapping[str, Any]
 
@@ -26,7 +27,6 @@ SORT_CHOICES = {
     "-started_at": "started, latest first",
     "step_time_s": "step time, fast → slow",
 }
-STATUSES = ("success", "oom", "nccl_error", "timeout", "failed")
 
 #: the columns of the runs table, in order
 TABLE_COLUMNS = ["id", "started_at", "model_name", "size_B", "nodes", "gpu_type", "config", "status",

@@ -14,7 +14,7 @@ from service.api.deps import DatabaseDep, SessionDep, SettingsDep
 from service.api.responses import model_response
 from service.api.security import READ, WRITE
 from service.errors import BadRequest, PayloadTooLarge
-from service.schemas import ErrorBody, RunOut, RunsPage, StoredRunIds, StoredRuns
+from service.schemas import ErrorBody, RunOut, RunsPage, Status, StoredRunIds, StoredRuns
 
 router = APIRouter(tags=["runs"])
 
@@ -141,7 +141,7 @@ def list_runs(
     recompute: Literal["none", "selective", "full"] | None = None,
     precision: str | None = None,
     framework: str | None = None,
-    status: Literal["success", "oom", "nccl_error", "timeout", "failed"] | None = None,
+    status: Status | None = None,
     error_class: str | None = None,
     fingerprint: str | None = None,
     run_key: str | None = None,
