@@ -102,15 +102,18 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
     errors: list[FieldError] = []
     extra = dict(row.get("extra") or {})
 
+    canonicalised: list[str] = []  # fields rewritten to catalog names; the reported name is kept in extra
     reported_gpu = row.get("gpu_type")
     canonical = hardware.canonical_gpu_type(reported_gpu)
     if canonical and canonical != reported_gpu:
         extra.setdefault("gpu_type_reported", reported_gpu)
         row["gpu_type"] = canonical
+        canonicalised.append("gpu_type")
     reported_precision = row.get("precision")
     precision = hardware.canonical_precision(reported_precision)
     if precision != reported_precision and reported_precision is not None:
         extra.setdefault("precision_reported", reported_precision)
+        canonicalised.append("precision")
     row["precision"] = precision
 
     # The runs table still has tp/pp/cp/ep NOT NULL (migrations 0001-0005): a degree the record does
@@ -211,6 +214,8 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         extra["derived_fields"] = sorted(set(derived) | set(extra.get("derived_fields") or []))
     if assumed:
         extra["assumed_fields"] = assumed
+    if canonicalised:
+        extra["canonicalised_fields"] = canonicalised
     row["extra"] = extra or None
     row["fingerprint"] = fingerprint(row)
     return row, errors

@@ -109,6 +109,10 @@ def log_facts(text: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     for name, field in (("data-parallel", "dp"), ("context-parallel", "cp"), ("tensor-model-parallel", "tp"),
                         ("pipeline-model-parallel", "pp"), ("expert-model-parallel", "ep")):
         f.put(field, _ints(rf"(?<![\w-]){name} size: (\d+)", text))
+    for flag, field in (("tensor-model-parallel-size", "tp"), ("pipeline-model-parallel-size", "pp"),
+                        ("context-parallel-size", "cp"), ("expert-model-parallel-size", "ep")):
+        f.put(field, _ints(rf"--{flag}{_FLAG}(\d+)\b", text))  # Megatron-LM command line
+    f.put("micro_batch_size", _ints(rf"--micro-batch-size{_FLAG}(\d+)\b", text))
     for flag, field in (("tensor_parallel_degree", "tp"), ("pipeline_parallel_degree", "pp"),
                         ("context_parallel_degree", "cp"), ("expert_parallel_degree", "ep")):
         f.put(field, _ints(rf"--(?:parallelism|experimental)\.{flag}{_FLAG}(\d+)\b", text))
