@@ -25,7 +25,8 @@ rule that matches; the order *is* the precedence, most specific first:
    checked before the generic OOM and before the NCCL result codes;
 6. ``oom_gpu`` (``CUDA out of memory``, ``HIP out of memory``, ``OutOfMemoryError``, ``CUDA error:
    out of memory``, ``CUBLAS_STATUS_ALLOC_FAILED``, XLA/TF ``failed to allocate ... from device``,
-   ``HIP_ERROR_OutOfMemory``; also the host allocator's ``DefaultCPUAllocator: can't allocate
+   ``HIP_ERROR_OutOfMemory``, XLA's ``RESOURCE_EXHAUSTED`` (JAX / PyTorch-XLA on TPU: HBM); also
+   the host allocator's ``DefaultCPUAllocator: can't allocate
    memory`` -- the taxonomy has no host-memory class, and the run's status is ``oom`` either way);
 7. ``rendezvous_failure`` (DistNetworkError, DistStoreError, Rendezvous*Error, c10d store and
    socket failures, including the TCPStore client's warning-level ``[c10d] recvValue failed on
@@ -219,6 +220,8 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory",
             r"failed to allocate \S+ \(\d+ bytes\) from device",  # XLA / TF stream executor
             r"DefaultCPUAllocator: (?:can't allocate|not enough) memory",  # host RAM (see docstring)
+            # XLA (JAX, PyTorch/XLA, TF on TPU/GPU): the device memory allocator's status code
+            r"\bRESOURCE_EXHAUSTED\b|\bResource exhausted: Attempting to (?:allocate|reserve)",
         ),
     ),
     (
@@ -234,6 +237,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"wait timeout after \d+ ?ms, keys:",
             r"connection to the C10d store has failed",
             r"\[c10d\] recv\w* failed on SocketImpl",
+            r"Error waiting on exit barrier",  # torchelastic agent's store barrier
             r"\bSocket Timeout\b",
             flags=_I,
         ),
@@ -252,7 +256,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     (
         "nccl_unhandled_cuda_error",
-        _rx(r"\bncclUnhandledCudaError\b", r"unhandled cuda error", flags=_I),
+        _rx(r"\b(?:nccl)?UnhandledCudaError\b", r"unhandled cuda error", r"Call to CUDA function failed", flags=_I),
     ),
     (
         "nccl_invalid_usage_or_internal",
@@ -389,7 +393,7 @@ _KEYWORDS = (
     "handle", "nvlink", "remapp", "dbe", "double bit", "illegal", "misaligned", "out of memory",
     "out_of_memory", "invalid", "internal", "watchdog", "process down", "flight recorder", "nccl warn",
     "connection", "net/", "broken pipe", "no route", "ibv_", "return code", "segmentation", "fatal",
-    "core dumped", "srun", "slurmstepd", "[e", "alloc", "retcode", "res=",
+    "core dumped", "srun", "slurmstepd", "[e", "alloc", "retcode", "res=", "exhausted", "barrier",
 )
 
 
