@@ -49,8 +49,10 @@ rule that matches; the order *is* the precedence, most specific first:
 11. ``nccl_remote_error`` for "Connection reset by peer" (the labelled data's convention: a reset
     means the peer process went away), then ``nccl_network_error`` (NET/IB, NET/OFI, NET/Socket,
     socket recv/send failures, "Connection closed by remote peer", broken pipe, ...);
-12. ``child_process_failed`` (ChildFailedError, elastic agent "failed (exitcode: N) local_rank",
-    srun task exits, SignalException) -- a symptom;
+12. ``child_process_failed`` (ChildFailedError, elastic agent "failed (exitcode: N) local_rank" --
+    also a negative exit code, i.e. a child killed by a signal such as SIGKILL (-9), srun task
+    exits, SignalException, the shell's "line 9:  4727 Killed") -- a symptom: the root cause
+    (an OOM, an NCCL error) is looked for in the rest of the log;
 13. ``unknown``: generic error lines (``Traceback``, ``SomethingError: ...``, segfaults, c10 ``[E``
     lines, unmatched ``CUDA error:``/``NCCL error``, ``srun: error:``).
 
@@ -169,7 +171,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         _rx(
             r"\*\*\*\s*(?:JOB|STEP)\s+\S+.*\bCANCELLED AT\b",
             r"\bCANCELLED AT \d{4}-\d\d-\d\dT",
-            r"\*\*\*\s*JOB\s+\S+\s+STEPD TERMINATED ON\b",
+            r"\*\*\*\s*(?:JOB|STEP)\s+\S+\s+STEPD TERMINATED ON\b",
             r"\bTERM_OWNER\b",
             r"DUE TO PREEMPTION",
         ),
@@ -338,6 +340,9 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"failed \(exitcode:\s*-?\d+\)\s*local_rank",
             r"srun: error: .*\btasks? [\d,\-\[\]]+: (?:Exited with exit code|Killed|Terminated)",
             r"SignalException: Process \d+ got signal",
+            # the shell reporting a child killed by a signal: "line 9:  4727 Killed" (SIGKILL),
+            # "2324239 Aborted (core dumped)" (SIGABRT)
+            r"line \d+:\s+\d+ (?:Killed|Aborted|Segmentation fault|Bus error)\b",
             r"exits with return code\s*=\s*-?[1-9]",
         ),
     ),
@@ -393,7 +398,7 @@ _KEYWORDS = (
     "handle", "nvlink", "remapp", "dbe", "double bit", "illegal", "misaligned", "out of memory",
     "out_of_memory", "invalid", "internal", "watchdog", "process down", "flight recorder", "nccl warn",
     "connection", "net/", "broken pipe", "no route", "ibv_", "return code", "segmentation", "fatal",
-    "core dumped", "srun", "slurmstepd", "[e", "alloc", "retcode", "res=", "exhausted", "barrier",
+    "core dumped", "srun", "slurmstepd", "[e", "alloc", "retcode", "res=", "exhausted", "barrier", "killed", "aborted",
 )
 
 
