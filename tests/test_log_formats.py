@@ -110,13 +110,13 @@ def test_format_can_be_forced():
     ("torchrun --nnodes=1:4 --nproc-per-node 8 train.py", {"gpus_per_node": 8}),  # a range says nothing
     ("WORLD_SIZE=32\nSLURM_NNODES=4\n", {"world_size": 32, "nodes": 4}),
     # Megatron-LM arguments.py
-    ("using world size: 16, data-parallel size: 2, context-parallel size: 1, hierarchical context-parallel "
+    (("using world size: 16, data-parallel size: 2, context-parallel size: 1, hierarchical context-parallel "
      "sizes: None, tensor-model-parallel size: 4, encoder-tensor-model-parallel size: 0, pipeline-model-parallel "
-     "size: 2, encoder-pipeline-model-parallel size: 0",
+     "size: 2, encoder-pipeline-model-parallel size: 0"),
      {"world_size": 16, "dp": 2, "cp": 1, "tp": 4, "pp": 2}),
     # torchtitan command line: CP stated there
-    ("torchrun --nproc_per_node=8 -m torchtitan.train --parallelism.context_parallel_degree 2 "
-     "--parallelism.data_parallel_shard_degree -1 --training.seq_len 65536",
+    (("torchrun --nproc_per_node=8 -m torchtitan.train --parallelism.context_parallel_degree 2 "
+     "--parallelism.data_parallel_shard_degree -1 --training.seq_len 65536"),
      {"cp": 2, "seq_len": 65536, "gpus_per_node": 8}),
     # device names: huggingface/transformers#9415 ("1: Tesla V100-PCIE-32GB"), nvidia-smi
     ("0: Tesla V100-PCIE-32GB\n1: Tesla V100-PCIE-32GB\n", {"gpu_type": "Tesla V100-PCIE-32GB"}),

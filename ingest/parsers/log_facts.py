@@ -100,7 +100,7 @@ def log_facts(text: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     f.put("gpus_per_node", _ints(r"\bSLURM_GPUS_ON_NODE[=:]\s*(\d+)\b", text))
     ntasks = _ints(r"\bSLURM_NTASKS[=:]\s*(\d+)\b", text)
     if ntasks:
-        extra["slurm_ntasks"] = sorted(ntasks)[0] if len(ntasks) == 1 else sorted(ntasks)
+        extra["slurm_ntasks"] = min(ntasks) if len(ntasks) == 1 else sorted(ntasks)
         if not torchrun:  # srun launching one task per GPU; with torchrun a task is a node
             f.put("world_size", ntasks)
 
@@ -121,7 +121,7 @@ def log_facts(text: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     if shard and replicate and len(shard) == len(replicate) == 1:
         f.put("dp", {next(iter(shard)) * next(iter(replicate))})
     f.put("seq_len", _ints(rf"--training\.seq_len{_FLAG}(\d+)\b", text)
-          | _ints(rf"--(?:seq[_-]length|max[_-]seq[_-]length|seq[_-]len)[ \t=]+(\d+)\b", text)
+          | _ints(r"--(?:seq[_-]length|max[_-]seq[_-]length|seq[_-]len)[ \t=]+(\d+)\b", text)
           | _ints(r"\bmax_target_length=(\d+)\b", text))
 
     # -- model size
@@ -133,7 +133,7 @@ def log_facts(text: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         params |= {round(float(v) * 1e9) for v in billions}
         extra["model_params_rounded_to"] = "0.01B (Megatron prints billions to 2 decimals)"
     params |= {int(v.replace(",", "")) for v in re.findall(r"\bNumber of parameters:\s*([\d,]{4,})\b", text)}
-    for value, unit in re.findall(r"^\s*([\d.]+)\s*([KMBT])\s+Total params\b", text, re.M):
+    for value, unit in re.findall(r"^\s*([\d.]+)\s*([KMBT])\s+Total params\b", text, re.MULTILINE):
         params.add(round(float(value) * {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}[unit]))
     f.put("model_params", params)
 

@@ -68,7 +68,7 @@ def _pipe_pairs(body: str) -> dict[str, str]:
 
 
 # --- NeMo 2.0 / Megatron-Bridge ---------------------------------------------------------------
-_NEMO_ITER = re.compile(r"Training epoch \d+, iteration (\d+)/(\d+) \|(.*)$", re.M)
+_NEMO_ITER = re.compile(r"Training epoch \d+, iteration (\d+)/(\d+) \|(.*)$", re.MULTILINE)
 
 
 def nemo(text: str) -> tuple[list[dict], dict, dict, dict]:
@@ -88,7 +88,7 @@ def nemo(text: str) -> tuple[list[dict], dict, dict, dict]:
 
 
 # --- MaxText -----------------------------------------------------------------------------------
-_MAXTEXT_STEP = re.compile(r"completed step: (\d+), (.*)$", re.M)
+_MAXTEXT_STEP = re.compile(r"completed step: (\d+), (.*)$", re.MULTILINE)
 
 
 def maxtext(text: str) -> tuple[list[dict], dict, dict, dict]:
@@ -110,15 +110,15 @@ def maxtext(text: str) -> tuple[list[dict], dict, dict, dict]:
             "loss": _num(kv.get("loss")),
         })
     config: dict[str, Any] = {}
-    m = re.search(rf"number parameters: ({NUM}) billion", text)
-    if m:
-        config["model_params"] = round(float(m.group(1)) * 1e9)
+    params = re.search(rf"number parameters: ({NUM}) billion", text)
+    if params:
+        config["model_params"] = round(float(params.group(1)) * 1e9)
     extra = {"per_device_is": "JAX device (TPU v4/v5p: a chip of 2 TensorCores counts as printed)"} if records else {}
     return records, {"peak": None, "reserved": None}, config, extra
 
 
 # --- MMEngine / XTuner -------------------------------------------------------------------------
-_MM_ITER = re.compile(r"(?:Iter|Epoch)\(train\)\s*(?:\[\s*\d+\])?\s*\[\s*(\d+)/\s*(\d+)\]\s+(.*)$", re.M)
+_MM_ITER = re.compile(r"(?:Iter|Epoch)\(train\)\s*(?:\[\s*\d+\])?\s*\[\s*(\d+)/\s*(\d+)\]\s+(.*)$", re.MULTILINE)
 
 
 def mmengine(text: str) -> tuple[list[dict], dict, dict, dict]:
@@ -171,7 +171,7 @@ def hf_trainer(text: str) -> tuple[list[dict], dict, dict, dict]:
 
 # --- DeepSpeed flops profiler ------------------------------------------------------------------
 def _profiler_value(text: str, label: str) -> str | None:
-    m = re.search(rf"^[ \t>]*(?:\d+:\s*)?{re.escape(label)}:\s+(\S[^\n]*?)\s*$", text, re.M)
+    m = re.search(rf"^[ \t>]*(?:\d+:\s*)?{re.escape(label)}:\s+(\S[^\n]*?)\s*$", text, re.MULTILINE)
     return m.group(1) if m else None
 
 

@@ -21,7 +21,8 @@ import csv
 import json
 import math
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ingest.parsers.common import ParseResult, Reject, UnknownColumns, check_columns
 from ingest.record import REPORTED_FIELDS
