@@ -23,12 +23,21 @@ rule that matches; the order *is* the precedence, most specific first:
 5. ``oom_gpu_nccl_buffer``: NCCL's own allocations (``Failed to CUDA calloc``, ``NCCL WARN Cuda
    failure 'out of memory'``, ``ncclUnhandledCudaError ... out of memory``, ``[Rem Allocator]``);
    checked before the generic OOM and before the NCCL result codes;
-6. ``oom_gpu`` (``CUDA out of memory``, ``OutOfMemoryError``, ``CUDA error: out of memory``, ...);
+6. ``oom_gpu`` (``CUDA out of memory``, ``HIP out of memory``, ``OutOfMemoryError``, ``CUDA error:
+   out of memory``, ``CUBLAS_STATUS_ALLOC_FAILED``, XLA/TF ``failed to allocate ... from device``,
+   ``HIP_ERROR_OutOfMemory``, XLA's ``RESOURCE_EXHAUSTED`` (JAX / PyTorch-XLA on TPU: HBM); also
+   the host allocator's ``DefaultCPUAllocator: can't allocate
+   memory`` -- the taxonomy has no host-memory class, and the run's status is ``oom`` either way);
 7. ``rendezvous_failure`` (DistNetworkError, DistStoreError, Rendezvous*Error, c10d store and
-   socket failures): before the NCCL/network rules because store errors quote socket errors
+   socket failures, including the TCPStore client's warning-level ``[c10d] recvValue failed on
+   SocketImpl(...): Connection reset by peer`` -- the store is gone; its "retrying" lines and a
+   ``sendBytes failed ... Broken pipe`` at teardown are not failures): before the NCCL/network rules because store errors quote socket errors
    ("DistNetworkError: Connection reset by peer" is a rendezvous failure);
 8. NCCL result codes -- the code a wrapper line names wins over the "Last error" detail quoted in
-   the same line: ``nccl_remote_error`` (ncclRemoteError / "remote process exited or there was a
+   the same line; NCCL's proxy thread reports the code as a number (``[Proxy Service 9] Failed
+   to execute operation Connect from rank 9, retcode 6``, ``Error encountered progressing
+   operation=Connect, res=2``), read with ``ncclResult_t`` (``src/nccl.h.in``: 1 unhandled CUDA
+   error, 2 system error, 3 internal error, 4 invalid argument, 5 invalid usage, 6 remote error); ``nccl_remote_error`` (ncclRemoteError / "remote process exited or there was a
    network error"), ``nccl_system_error``, ``nccl_unhandled_cuda_error``,
    ``nccl_invalid_usage_or_internal``;
 9. ``collective_timeout`` (watchdog / "Timeout at NCCL work" / heartbeat / gloo timeouts; following
@@ -40,8 +49,10 @@ rule that matches; the order *is* the precedence, most specific first:
 11. ``nccl_remote_error`` for "Connection reset by peer" (the labelled data's convention: a reset
     means the peer process went away), then ``nccl_network_error`` (NET/IB, NET/OFI, NET/Socket,
     socket recv/send failures, "Connection closed by remote peer", broken pipe, ...);
-12. ``child_process_failed`` (ChildFailedError, elastic agent "failed (exitcode: N) local_rank",
-    srun task exits, SignalException) -- a symptom;
+12. ``child_process_failed`` (ChildFailedError, elastic agent "failed (exitcode: N) local_rank" --
+    also a negative exit code, i.e. a child killed by a signal such as SIGKILL (-9), srun task
+    exits, SignalException, the shell's "line 9:  4727 Killed") -- a symptom: the root cause
+    (an OOM, an NCCL error) is looked for in the rest of the log;
 13. ``unknown``: generic error lines (``Traceback``, ``SomethingError: ...``, segfaults, c10 ``[E``
     lines, unmatched ``CUDA error:``/``NCCL error``, ``srun: error:``).
 
@@ -57,8 +68,9 @@ Root cause of a whole log
 * *symptoms* (``child_process_failed``, ``unknown``) are skipped while any other class is present;
   among symptoms alone, the first ``child_process_failed`` beats the first ``unknown``;
 * otherwise the FIRST remaining line wins, except that a communication-level consequence
-  (``collective_timeout``, ``nccl_remote_error``, ``nccl_network_error``) yields to a process-local
-  fault (``oom_gpu``, ``oom_gpu_nccl_buffer``, ``cuda_illegal_memory_access``,
+  (``collective_timeout``, ``nccl_remote_error``, ``nccl_network_error``, and
+  ``rendezvous_failure``: the store's host process may be the one that died) yields to a
+  process-local fault (``oom_gpu``, ``oom_gpu_nccl_buffer``, ``cuda_illegal_memory_access``,
   ``gpu_hardware_fault``) found anywhere in the log: a dying process makes its peers time out and
   lose their connections, never the reverse, and interleaved multi-rank output does not guarantee
   that the dying rank's message is printed first. A timeout after an NCCL system or network error
@@ -93,7 +105,7 @@ PRIMARY_FAULTS = frozenset(
     {"oom_gpu", "oom_gpu_nccl_buffer", "cuda_illegal_memory_access", "gpu_hardware_fault"}
 )
 #: Communication-level errors that a process-local fault elsewhere in the log explains.
-CONSEQUENCES = frozenset({"collective_timeout", "nccl_remote_error", "nccl_network_error"})
+CONSEQUENCES = frozenset({"collective_timeout", "nccl_remote_error", "nccl_network_error", "rendezvous_failure"})
 #: Classes that never name a root cause while anything more specific is present.
 SYMPTOMS = ("child_process_failed", "unknown")  # in order of preference among themselves
 #: NCCL result-code classes whose following "Last error:" lines may name a more specific fault.
@@ -130,6 +142,13 @@ _BENIGN = _rx(
 _WARNING_LINE = re.compile(r"^\s*(?:\[W\d{0,4}[\s\]]|W\d{4} \d\d:\d\d:\d\d|WARNING:|\[WARNING\])")
 # Python source lines quoted inside a traceback ("    raise ChildFailedError(") and carets.
 _CODE_LINE = re.compile(r"^\s+(?:File \"|raise\b|return\b|[~^]{3,})")
+# Warning-level lines that are failures nonetheless: the TCPStore client losing its server.
+# (recv side only: a send failing with "Broken pipe" is also printed at a healthy run's teardown)
+_FAILING_WARNING = re.compile(r"\[c10d\] recv\w* failed on SocketImpl")
+# NCCL proxy thread lines carrying an ncclResult_t number (src/nccl.h.in).
+_NCCL_PROXY_CODE = re.compile(r"(?:Proxy Service \d+\].*\bretcode|operation=\w+, res)[ =](\d)\b")
+_NCCL_RESULT = {1: "nccl_unhandled_cuda_error", 2: "nccl_system_error", 3: "nccl_invalid_usage_or_internal",
+                4: "nccl_invalid_usage_or_internal", 5: "nccl_invalid_usage_or_internal", 6: "nccl_remote_error"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours (torchtitan, rich, ...)
 # Prefixes in front of the message: "[rank3]:", "[default0]:", "[1,0]<stderr>:", srun -l "12: ".
 _PREFIX = re.compile(r"^(?:\s*(?:\[[^\]]{0,60}\](?:<\w+>)?:|\d{1,5}:(?=\s)))+")
@@ -152,7 +171,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         _rx(
             r"\*\*\*\s*(?:JOB|STEP)\s+\S+.*\bCANCELLED AT\b",
             r"\bCANCELLED AT \d{4}-\d\d-\d\dT",
-            r"\*\*\*\s*JOB\s+\S+\s+STEPD TERMINATED ON\b",
+            r"\*\*\*\s*(?:JOB|STEP)\s+\S+\s+STEPD TERMINATED ON\b",
             r"\bTERM_OWNER\b",
             r"DUE TO PREEMPTION",
         ),
@@ -200,7 +219,11 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"OutOfMemoryError",
             r"CUDA error: out of memory",
             r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY",
-            r"cudaErrorMemoryAllocation",
+            r"cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory",
+            r"failed to allocate \S+ \(\d+ bytes\) from device",  # XLA / TF stream executor
+            r"DefaultCPUAllocator: (?:can't allocate|not enough) memory",  # host RAM (see docstring)
+            # XLA (JAX, PyTorch/XLA, TF on TPU/GPU): the device memory allocator's status code
+            r"\bRESOURCE_EXHAUSTED\b|\bResource exhausted: Attempting to (?:allocate|reserve)",
         ),
     ),
     (
@@ -215,6 +238,8 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"Timed out after \d+ seconds waiting for (?:workers|clients)",
             r"wait timeout after \d+ ?ms, keys:",
             r"connection to the C10d store has failed",
+            r"\[c10d\] recv\w* failed on SocketImpl",
+            r"Error waiting on exit barrier",  # torchelastic agent's store barrier
             r"\bSocket Timeout\b",
             flags=_I,
         ),
@@ -233,7 +258,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     (
         "nccl_unhandled_cuda_error",
-        _rx(r"\bncclUnhandledCudaError\b", r"unhandled cuda error", flags=_I),
+        _rx(r"\b(?:nccl)?UnhandledCudaError\b", r"unhandled cuda error", r"Call to CUDA function failed", flags=_I),
     ),
     (
         "nccl_invalid_usage_or_internal",
@@ -241,6 +266,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bncclInvalidUsage\b|\bncclInternalError\b|\bncclInvalidArgument\b",
             r"NCCL (?:error|failure)\b.*\b(?:invalid usage|invalid argument|internal error)",
             r"internal error - please report this issue to the NCCL developers",
+            r"^\s*invalid usage\b.*(?:NCCL|for details)",  # the result string on a line of its own
             r"Internal check failed",
             flags=_I,
         ),
@@ -314,6 +340,9 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"failed \(exitcode:\s*-?\d+\)\s*local_rank",
             r"srun: error: .*\btasks? [\d,\-\[\]]+: (?:Exited with exit code|Killed|Terminated)",
             r"SignalException: Process \d+ got signal",
+            # the shell reporting a child killed by a signal: "line 9:  4727 Killed" (SIGKILL),
+            # "2324239 Aborted (core dumped)" (SIGABRT)
+            r"line \d+:\s+\d+ (?:Killed|Aborted|Segmentation fault|Bus error)\b",
             r"exits with return code\s*=\s*-?[1-9]",
         ),
     ),
@@ -369,7 +398,7 @@ _KEYWORDS = (
     "handle", "nvlink", "remapp", "dbe", "double bit", "illegal", "misaligned", "out of memory",
     "out_of_memory", "invalid", "internal", "watchdog", "process down", "flight recorder", "nccl warn",
     "connection", "net/", "broken pipe", "no route", "ibv_", "return code", "segmentation", "fatal",
-    "core dumped", "srun", "slurmstepd", "[e",
+    "core dumped", "srun", "slurmstepd", "[e", "alloc", "retcode", "res=", "exhausted", "barrier", "killed", "aborted",
 )
 
 
@@ -389,9 +418,14 @@ def classify_line(line: str) -> str | None:
     if not _has_keyword(line.lower()):
         return None
     core = _PREFIX.sub("", line.rstrip("\r\n"))
-    if _BENIGN.search(line) or _CODE_LINE.match(core) or _WARNING_LINE.match(core):
+    if _BENIGN.search(line) or _CODE_LINE.match(core):
+        return None
+    if _WARNING_LINE.match(core) and not _FAILING_WARNING.search(core):
         return None
     core = core.strip()
+    proxy = _NCCL_PROXY_CODE.search(line)
+    if proxy and int(proxy.group(1)) in _NCCL_RESULT:
+        return _NCCL_RESULT[int(proxy.group(1))]
     for error_class, pattern in RULES:
         target = core if error_class == "unknown" else line
         if pattern.search(target):

@@ -101,3 +101,31 @@ ALIASES = {
     "num_gpus": "world_size",
     "tok_per_sec_per_gpu": "tokens_per_sec_per_gpu",
 }
+
+
+_COUNT_SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+def parse_param_count(text: str | int) -> int:
+    """A parameter count as people write it: 8030261248, '8,030,261,248', '8B', '1.34B', '350M',
+    '1.3b', '1T', '8e9' -> int (K/M/B(=G)/T are 10^3/10^6/10^9/10^12). The one parser the CLI and the API
+    share. Raises ValueError saying what it wants."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 1:
+            raise ValueError(f"{text!r} is not a positive parameter count")
+        return text
+    import re
+    from decimal import Decimal, InvalidOperation
+
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([KMBGT]?)\s*",
+                     str(text).replace(",", "").replace("_", ""), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"{text!r} is not a parameter count: expected digits or a number with K, M, B or T "
+                         "(e.g. 8030261248, 8B, 1.34B, 350M)")
+    try:
+        value = Decimal(m.group(1)) * _COUNT_SCALE[m.group(2).upper()]
+    except InvalidOperation:  # pragma: no cover - the regex admits only decimals
+        raise ValueError(f"{text!r} is not a parameter count") from None
+    if value < 1 or value != value.to_integral_value():
+        raise ValueError(f"{text!r} is not a whole, positive parameter count")
+    return int(value)

@@ -102,20 +102,27 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
     errors: list[FieldError] = []
     extra = dict(row.get("extra") or {})
 
+    canonicalised: list[str] = []  # fields rewritten to catalog names; the reported name is kept in extra
     reported_gpu = row.get("gpu_type")
     canonical = hardware.canonical_gpu_type(reported_gpu)
     if canonical and canonical != reported_gpu:
         extra.setdefault("gpu_type_reported", reported_gpu)
         row["gpu_type"] = canonical
+        canonicalised.append("gpu_type")
     reported_precision = row.get("precision")
     precision = hardware.canonical_precision(reported_precision)
     if precision != reported_precision and reported_precision is not None:
         extra.setdefault("precision_reported", reported_precision)
+        canonicalised.append("precision")
     row["precision"] = precision
 
-    for dim in ("tp", "pp", "cp", "ep"):
-        if row.get(dim) is None:
-            row[dim] = 1
+    # The runs table still has tp/pp/cp/ep NOT NULL (migrations 0001-0005): a degree the record does
+    # not state is stored as 1 and NAMED in extra.assumed_fields, so nobody mistakes it for a
+    # reported value. (Making them NULL needs a migration and NULL-aware heatmap/recommend code.)
+    assumed = [dim for dim in ("tp", "pp", "cp", "ep") if row.get(dim) is None]
+    for dim in assumed:
+        row[dim] = 1
+    derived: list[str] = []
     tp, pp, cp, ep = row["tp"], row["pp"], row["cp"], row["ep"]
     nodes, gpn, world, dp = row.get("nodes"), row.get("gpus_per_node"), row.get("world_size"), row.get("dp")
 
@@ -125,14 +132,19 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
             errors.append(FieldError("world_size", world,
                                      f"world_size {world} does not fit nodes {nodes} × gpus_per_node {gpn} "
                                      f"= {nodes * gpn} GPUs"))
-        world = world or nodes * gpn
+        if world is None:
+            world = nodes * gpn
+            derived.append("world_size")
     if world is None and dp:
         world = dp * tp * pp * cp
+        derived.append("world_size")
     if world:
         if nodes is None and gpn and world % gpn == 0:
             nodes = world // gpn
+            derived.append("nodes")
         if gpn is None and nodes and world % nodes == 0:
             gpn = world // nodes
+            derived.append("gpus_per_node")
         model_parallel = tp * pp * cp
         if dp is None:
             if world % model_parallel:
@@ -141,6 +153,7 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
                     f"world_size {world} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}"))
             else:
                 dp = world // model_parallel
+                derived.append("dp")
         elif dp * model_parallel != world:
             errors.append(FieldError(
                 "dp", dp, f"tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * model_parallel} != world_size {world}"))
@@ -154,6 +167,7 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         mbs, gas, seq = row.get("micro_batch_size"), row.get("grad_accum_steps"), row.get("seq_len")
         if dp and mbs and gas and seq:
             row["global_batch_tokens"] = dp * mbs * gas * seq
+            derived.append("global_batch_tokens")
 
     n_params = row.get("model_params")
     n_source = "model_params"
@@ -196,6 +210,13 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
             "is the throughput per GPU, and are the hardware and model size right?")))
     if row["mfu_method"] is None and n_source == "moe" and tps is not None:
         row["mfu_method"] = "moe: active params unknown (set extra.active_params)"
+    # which stored values the server computed (derived) or filled without evidence (assumed)
+    if derived:
+        extra["derived_fields"] = sorted(set(derived) | set(extra.get("derived_fields") or []))
+    if assumed:
+        extra["assumed_fields"] = assumed
+    if canonicalised:
+        extra["canonicalised_fields"] = canonicalised
     row["extra"] = extra or None
     row["fingerprint"] = fingerprint(row)
     return row, errors

@@ -202,7 +202,7 @@ def get_run(session: Session, run_id: int) -> Run:
 
 #: columns accepted as equality filters on GET /api/v1/runs
 FILTER_COLUMNS = (
-    "model_name", "model_params", "model_size_class", "source", "gpu_type", "gpus_per_node", "nodes",
+    "name", "model_name", "model_params", "model_size_class", "source", "gpu_type", "gpus_per_node", "nodes",
     "world_size", "seq_len", "dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size",
     "grad_accum_steps", "global_batch_tokens", "recompute", "precision", "framework", "status",
     "error_class", "fingerprint", "run_key",
@@ -214,7 +214,8 @@ SORT_COLUMNS = ("id", "started_at", "ingested_at", "nodes", "model_params", "tok
 
 def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", limit: int = 100,
               cursor: str | None = None, started_after: datetime | None = None,
-              started_before: datetime | None = None) -> tuple[list[Run], str | None, int]:
+              started_before: datetime | None = None, name_prefix: str | None = None
+              ) -> tuple[list[Run], str | None, int]:
     """A page of runs matching equality `filters`, keyset-paginated on (sort column, id).
 
     Returns (runs, next_cursor or None, total matching). NULLs sort last. Raises BadRequest for
@@ -228,6 +229,8 @@ def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", li
             raise BadRequest(f"cannot filter on '{name}'",
                              [{"field": name, "value": value, "message": "unknown filter"}])
         conds.append(getattr(Run, name) == value)
+    if name_prefix:  # LIKE with % and _ escaped: a literal prefix
+        conds.append(Run.name.startswith(name_prefix, autoescape=True))
     if started_after:
         conds.append(Run.started_at >= naive_utc(started_after))
     if started_before:

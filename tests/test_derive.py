@@ -88,10 +88,20 @@ def test_moe_uses_active_parameters():
 
 
 def test_partial_node_and_derived_dims():
-    row, errors = complete(RunIn(nodes=1, gpus_per_node=8, world_size=4, tp=2).model_dump())
-    assert not errors and row["dp"] == 2
-    row, errors = complete(RunIn(world_size=64, gpus_per_node=8, tp=4, pp=2).model_dump())
+    row, errors = complete(RunIn(nodes=1, gpus_per_node=8, world_size=4, tp=2, pp=1, cp=1).model_dump())
+    assert not errors and row["dp"] == 2 and row["extra"]["derived_fields"] == ["dp"]
+    assert row["extra"]["assumed_fields"] == ["ep"]
+    row, errors = complete(RunIn(world_size=64, gpus_per_node=8, tp=4, pp=2, cp=1).model_dump())
     assert not errors and (row["nodes"], row["dp"]) == (8, 8)
-    _, errors = complete(RunIn(world_size=64, tp=3).model_dump())
+    _, errors = complete(RunIn(world_size=64, tp=3, pp=1, cp=1).model_dump())
     assert errors and errors[0].field == "world_size" and "divisible" in errors[0].message
-    assert not math.isnan(model_size_class(10**12))
+
+
+def test_unstated_degrees_are_named_as_assumed_and_computed_ones_as_derived():
+    """The table keeps tp/pp/cp/ep NOT NULL, so an unstated degree is stored as 1 -- and named."""
+    row, errors = complete(RunIn(world_size=64, tp=4).model_dump())
+    assert not errors and row["extra"]["assumed_fields"] == ["pp", "cp", "ep"]
+    assert row["dp"] == 16 and row["extra"]["derived_fields"] == ["dp"]
+    row, errors = complete(RunIn(nodes=2, gpus_per_node=8, dp=4, tp=2, pp=2, cp=1, ep=1).model_dump())
+    assert not errors and row["world_size"] == 16 and row["extra"]["derived_fields"] == ["world_size"]
+    assert "assumed_fields" not in row["extra"]

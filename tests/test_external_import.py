@@ -28,9 +28,9 @@ WANDB_CSV = REPO / "tests" / "data" / "wandb_runs.csv"
 T0_MS = 1_715_680_000_000  # 2024-05-14T09:46:40Z
 
 
-def cli_json(*args: str) -> dict:
+def cli_json(*args: str, code: int = 0) -> dict:
     result = runner.invoke(app, [*args, "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == code, result.output
     return json.loads(result.stdout)
 
 
@@ -156,7 +156,7 @@ def test_import_mlflow_experiment_twice(mlflow_server, live_api, tmp_path):
     rejects = tmp_path / "rejects.csv"
     args = ["import", "mlflow", "--tracking-uri", server.url, "--experiment", "llm-sweep",
             "--map", str(MLFLOW_MAP), "--rejects", str(rejects)]
-    first = cli_json(*args)
+    first = cli_json(*args, code=1)  # rows were rejected: exit 1
     assert (first["read"], first["stored"], first["already_present"], first["rejected"]) == (6, 4, 0, 2)
     with open(rejects, newline="") as fh:
         reasons = {row["line"]: row["reason"] for row in csv.DictReader(fh)}
@@ -179,7 +179,7 @@ def test_import_mlflow_experiment_twice(mlflow_server, live_api, tmp_path):
     oom = stored[f"mlflow:{ids['oom']}"]
     assert (oom["status"], oom["error_class"]) == ("oom", "oom_gpu") and oom["tokens_per_sec_per_gpu"] is None
 
-    again = cli_json(*args)
+    again = cli_json(*args, code=1)
     assert (again["stored"], again["already_present"], again["rejected"]) == (0, 4, 2)
     assert len(runs_by_key(live_api)) == 4
 
@@ -200,7 +200,7 @@ def test_import_mlflow_errors_are_clear(mlflow_server, live_api, tmp_path):
 def test_import_wandb_export_twice(live_api, tmp_path):
     rejects = tmp_path / "wandb.rejects.csv"
     args = ["import", "wandb", str(WANDB_CSV), "--map", str(WANDB_MAP), "--rejects", str(rejects)]
-    first = cli_json(*args)
+    first = cli_json(*args, code=1)  # rows were rejected: exit 1
     # 6 rows: 3 finished, 1 crashed (OOM) stored; 1 running and 1 with dp·tp ≠ world size rejected
     assert (first["read"], first["stored"], first["already_present"], first["rejected"]) == (6, 4, 0, 2)
     with open(rejects, newline="") as fh:
@@ -220,7 +220,7 @@ def test_import_wandb_export_twice(live_api, tmp_path):
     crashed = stored["wandb:llama3-8b-n1-dp8-mbs4"]
     assert (crashed["status"], crashed["error_class"]) == ("oom", "oom_gpu")
 
-    again = cli_json(*args)
+    again = cli_json(*args, code=1)
     assert (again["stored"], again["already_present"], again["rejected"]) == (0, 4, 2)
 
 

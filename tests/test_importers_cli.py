@@ -14,9 +14,9 @@ from service.cli import app
 runner = CliRunner()
 
 
-def cli_json(*args) -> dict:
+def cli_json(*args, code: int = 0) -> dict:
     result = runner.invoke(app, [*args, "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == code, result.output
     return json.loads(result.stdout)
 
 
@@ -49,8 +49,9 @@ def test_import_every_published_table_twice(live_api, data_dir, tmp_path):
     for path in published_files(data_dir):
         rows = data_rows(path)
         rejects = tmp_path / f"{path.stem}.rejects.csv"
-        first = cli_json("import", "table", str(path), "--rejects", str(rejects))
         want_rejected = expected_table_rejects(rows)
+        code = 1 if want_rejected else 0  # an importer that rejected anything exits 1
+        first = cli_json("import", "table", str(path), "--rejects", str(rejects), code=code)
         assert first["read"] == len(rows), path.name
         assert first["rejected"] == want_rejected, path.name
         assert first["stored"] == len(rows) - want_rejected, path.name
@@ -61,7 +62,7 @@ def test_import_every_published_table_twice(live_api, data_dir, tmp_path):
             assert all("world_size" in r["reason"] and r["row"] for r in written)
         else:
             assert not rejects.exists()
-        again = cli_json("import", "table", str(path), "--rejects", str(rejects))
+        again = cli_json("import", "table", str(path), "--rejects", str(rejects), code=code)
         assert (again["stored"], again["already_present"]) == (0, first["stored"]), path.name
         total_stored += first["stored"]
     health = runner.invoke(app, ["heatmap", "--json"])
@@ -97,7 +98,7 @@ def test_import_nanotron_rejects_bad_rows(live_api, data_dir, tmp_path):
         w.writeheader()
         w.writerows(src)
     rejects = tmp_path / "bench.rejects.csv"
-    summary = cli_json("import", "nanotron", str(path), "--rejects", str(rejects))
+    summary = cli_json("import", "nanotron", str(path), "--rejects", str(rejects), code=1)
     assert (summary["read"], summary["stored"], summary["rejected"]) == (5, 3, 2)
     with open(rejects, newline="") as fh:
         reasons = [r["reason"] for r in csv.DictReader(fh)]
@@ -111,7 +112,7 @@ def test_push_json_and_jsonl(live_api, tmp_path):
     jsonl = tmp_path / "runs.jsonl"
     jsonl.write_text("\n".join([json.dumps(good), "{not json", json.dumps({**good, "run_key": "push-2", "dp": 5})]))
     rejects = tmp_path / "runs.rejects.csv"
-    summary = cli_json("push", str(jsonl), "--rejects", str(rejects))
+    summary = cli_json("push", str(jsonl), "--rejects", str(rejects), code=1)
     assert (summary["read"], summary["stored"], summary["rejected"]) == (3, 1, 2)
     assert rejects.exists()
     doc = tmp_path / "runs.json"
@@ -141,3 +142,90 @@ def test_cli_reports_unreachable_api(monkeypatch):
     out = runner.invoke(app, ["heatmap"])
     assert out.exit_code != 0
     assert "cannot reach the scalebook API" in out.output
+
+
+# ----------------------------------------------------------------- refusing what is not understood
+def _runs_total(live_api) -> int:
+    import httpx
+
+    return httpx.get(f"{live_api}/api/v1/runs", params={"limit": 1}).json()["total"]
+
+
+def test_unknown_column_is_refused_with_the_nearest_name(live_api, data_dir, tmp_path):
+    src = data_rows(data_dir / "nanotron" / "bench_sample.csv")[:3]
+    for row in src:
+        row["tokens_per_sec_per_gup"] = row.pop("tok/s/gpu")
+    path = tmp_path / "mine.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(src[0]))
+        w.writeheader()
+        w.writerows(src)
+    out = runner.invoke(app, ["import", "nanotron", str(path)])
+    assert out.exit_code == 1
+    assert "'tokens_per_sec_per_gup' (did you mean 'tokens_per_sec_per_gpu'?)" in " ".join(out.output.split())
+    assert _runs_total(live_api) == 0  # nothing stored
+    mapped = cli_json("import", "nanotron", str(path), "--map", "tokens_per_sec_per_gup=tok/s/gpu")
+    assert (mapped["stored"], mapped["rejected"]) == (3, 0)
+
+
+def test_unknown_table_column_and_extra_columns(live_api, data_dir, tmp_path):
+    src = data_rows(data_dir / "published" / "torchtitan_performance.csv")[:2]
+    for row in src:
+        row["num_node"] = row.pop("num_nodes")
+    path = tmp_path / "table.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(src[0]))
+        w.writeheader()
+        w.writerows(src)
+    out = runner.invoke(app, ["import", "table", str(path)])
+    assert out.exit_code == 1 and "did you mean 'num_nodes'?" in " ".join(out.output.split())
+    assert _runs_total(live_api) == 0
+    kept = cli_json("import", "table", str(path), "--extra-columns")
+    assert kept["stored"] == 2
+
+
+def test_push_of_a_csv_says_use_import_runs(live_api, tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("run_key,status\nk1,success\n")
+    out = runner.invoke(app, ["push", str(path)])
+    assert out.exit_code == 1 and "scalebook import runs" in " ".join(out.output.split())
+    assert _runs_total(live_api) == 0
+
+
+def test_export_then_import_runs_is_the_same_runs(live_api, data_dir, tmp_path):
+    """CSV export (`scalebook sql ... --format csv`) -> import runs: every exported run comes back
+    as the same reported content (the server answers 'already present', never a 409 conflict)."""
+    cli_json("import", "nanotron", str(data_dir / "nanotron" / "bench_sample.csv"))
+    for path in sorted((data_dir / "published").glob("*.csv"))[:3]:
+        runner.invoke(app, ["import", "table", str(path), "--rejects", str(tmp_path / "r.csv")])
+    total = _runs_total(live_api)
+    export = runner.invoke(app, ["sql", "select * from runs order by id", "--format", "csv"])
+    assert export.exit_code == 0
+    path = tmp_path / "export.csv"
+    path.write_text(export.stdout)
+    back = cli_json("import", "runs", str(path))
+    assert (back["read"], back["stored"], back["already_present"], back["rejected"]) == (total, 0, total, 0)
+    # the same rows as JSONL, each run with its run_key: also all present
+    rows = list(csv.DictReader(open(path, newline="")))
+    jsonl = tmp_path / "export.jsonl"
+    jsonl.write_text("\n".join(json.dumps({k: v for k, v in r.items() if v != ""}) for r in rows[:20]))
+    assert cli_json("import", "runs", str(jsonl))["already_present"] == 20
+
+
+def test_import_runs_refuses_unknown_columns(live_api, tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text("run_key,status,tokens_per_sec_per_gup\nk1,success,100\n")
+    out = runner.invoke(app, ["import", "runs", str(path)])
+    assert out.exit_code == 1 and "did you mean 'tokens_per_sec_per_gpu'?" in " ".join(out.output.split())
+    assert _runs_total(live_api) == 0
+
+
+def test_import_log_refuses_an_unrecognisable_file(live_api, tmp_path):
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    out = runner.invoke(app, ["import", "log", str(empty), "--rejects", str(tmp_path / "r.csv")])
+    assert out.exit_code == 1 and "refused" in out.output
+    [reject] = data_rows(tmp_path / "r.csv")
+    assert reject["reason"].startswith(f"{empty}: nothing to import")
+    assert "training-step lines of a known format" in reject["reason"]
+    assert _runs_total(live_api) == 0

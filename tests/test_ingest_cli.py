@@ -98,7 +98,7 @@ def test_import_log_with_run_fields_twice(live_api, tmp_path):
 
 def test_import_several_logs_keeps_failures_as_results(live_api, tmp_path):
     logs = [LOGS / "torchrun_oom_rank3.log", LOGS / "slurm_time_limit.log", LOGS / "nanotron_success.log"]
-    out = invoke_json("import", "log", *map(str, logs), "--gpus-per-node", "8", "--gpu-type", "H100-SXM-80GB",
+    out = invoke_json("import", "log", *map(str, logs), "--gpu-type", "H100-SXM-80GB",
                       "--rejects", str(tmp_path / "r.csv"))
     assert (out["read"], out["stored"], out["rejected"]) == (3, 3, 0)
     status = {r["extra"]["log_file"]: (r["status"], r["error_class"]) for r in all_runs(live_api)}
@@ -110,7 +110,7 @@ def test_import_several_logs_keeps_failures_as_results(live_api, tmp_path):
 @pytest.mark.parametrize("option, message", [
     (["--field", "no_such_field=1"], "not a run field"),
     (["--field", "tp=two"], "--field tp='two'"),
-    (["--model-params", "eight"], "is not a count"),
+    (["--model-params", "eight"], "is not a parameter count"),
 ])
 def test_import_log_refuses_bad_options(option, message):
     result = runner.invoke(app, ["import", "log", str(LOGS / "nanotron_success.log"), *option])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.parsers.logs import detect_format, parse_log
+from ingest.parsers.logs import LogNotRecognised, detect_format, parse_log
 from ingest.record import REPORTED_FIELDS
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
@@ -170,7 +170,9 @@ FORMATS = {
 
 
 def test_fixtures_all_listed():
-    assert sorted(p.name for p in LOGS.glob("*.log")) == sorted(EXPECTED)
+    from tests.test_log_formats import NEW_EXPECTED
+
+    assert sorted(p.name for p in LOGS.glob("*.log")) == sorted(EXPECTED | NEW_EXPECTED)
 
 
 @pytest.mark.parametrize("name,fmt", sorted(FORMATS.items()))
@@ -271,11 +273,10 @@ def test_stderr_only_log():
 
 
 @pytest.mark.parametrize("text", ["", "hello\nworld\n", "node-1:1:2 [0] NCCL INFO Bootstrap : Using eth0\n"])
-def test_nothing_recognised(text):
-    record = parse_log(text)
+def test_nothing_recognised_is_refused(text):
     assert detect_format(text) == "unknown"
-    assert (record["status"], record["error_class"]) == ("failed", "unknown")
-    assert record["error_message"]
+    with pytest.raises(LogNotRecognised, match="training-step lines of a known format"):
+        parse_log(text)
 
 
 def test_success_needs_throughput_and_no_failure():

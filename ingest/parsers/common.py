@@ -15,6 +15,7 @@ Conventions used by every parser
 from __future__ import annotations
 
 import csv
+import difflib
 import hashlib
 import json
 import math
@@ -444,23 +445,72 @@ def finish_record(record: dict[str, Any], extra: dict[str, Any]) -> dict[str, An
 
 
 
+class UnknownColumns(ValueError):
+    """A file has columns the importer does not understand (message names each, with the nearest
+    known name)."""
+
+
+def check_columns(header: Sequence[str], known: Callable[[str], bool], vocabulary: Sequence[str], *,
+                  where: str, extra_columns: bool = False) -> None:
+    """Refuse columns ``known`` does not accept, unless ``extra_columns`` (they go to ``extra``).
+
+    The message names every unknown column and, where one is close (difflib ratio ≥ 0.6), the
+    nearest name of ``vocabulary``: "unknown column 'tokens_per_sec_per_gup' (did you mean
+    'tokens_per_sec_per_gpu'?)". Raises :class:`UnknownColumns`."""
+    unknown = [c for c in header if c and not known(c)]
+    if not unknown or extra_columns:
+        return
+    parts = []
+    for col in unknown:
+        near = difflib.get_close_matches(col, list(vocabulary), n=1, cutoff=0.6)
+        parts.append(f"{col!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+    raise UnknownColumns(f"{where}: unknown column(s) {', '.join(parts)}; rename them, map them with "
+                         "--map FROM=TO, or keep them in extra with --extra-columns")
+
+
+def rename_columns(header: list[str], rows: list[RawRow], mapping: Mapping[str, str], where: str
+                   ) -> tuple[list[str], list[RawRow]]:
+    """Apply ``--map FROM=TO`` renames to a header and its rows. ValueError for a FROM the file lacks."""
+    if not mapping:
+        return header, rows
+    absent = [k for k in mapping if k not in header]
+    if absent:
+        raise ValueError(f"{where}: --map names column(s) {absent} that the file does not have")
+    header = [mapping.get(c, c) for c in header]
+    rows = [RawRow(r.line_no, {mapping.get(k, k): v for k, v in r.cells.items()}, r.problem) for r in rows]
+    return header, rows
+
+
 def parse_rows(path: str | os.PathLike, defaults: Mapping[str, Any], *, required: Sequence[str], layout: str,
                parse_row: Callable[[Mapping[str, str], Mapping[str, Any]], dict[str, Any]],
-               key_for: Callable[[Mapping[str, str]], str]) -> ParseResult:
+               key_for: Callable[[Mapping[str, str]], str],
+               known: Callable[[str], bool] | None = None, vocabulary: Sequence[str] = (),
+               extra_columns: bool = False, column_map: Mapping[str, str] | None = None,
+               aliases: Mapping[str, str] | None = None) -> ParseResult:
     """The loop both CSV parsers share: read `path`, check the layout, turn each data row into a
     record (with `run_key = RunKeys().make(key_for(cells))`) or a Reject naming the problem.
 
-    Raises ValueError for bad defaults or a header lacking a `required` column ("not a <layout>");
-    otherwise every data row ends up in exactly one of records / rejects.
+    ``column_map`` renames columns first (``--map``), then ``aliases`` (other accepted spellings of
+    the parser's columns, e.g. run-record names) where the file lacks the canonical column; with
+    ``known`` every other column must be
+    one the parser understands (:func:`check_columns`; ``extra_columns`` keeps them in extra).
+    Raises ValueError for bad defaults, a header lacking a `required` column ("not a <layout>"),
+    or unknown columns (:class:`UnknownColumns`); otherwise every data row ends up in exactly one
+    of records / rejects.
     """
     defaults = coerce_defaults(defaults)
     header, rows = read_rows(path)
     result = ParseResult()
     if not header:
         return result
+    header, rows = rename_columns(header, rows, column_map or {}, os.fspath(path))
+    spelled = {a: c for a, c in (aliases or {}).items() if a in header and c not in header}
+    header, rows = rename_columns(header, rows, spelled, os.fspath(path))
     missing = [c for c in required if c not in header]
     if missing:
         raise ValueError(f"{os.fspath(path)}: not a {layout} (no column(s) {missing})")
+    if known is not None:
+        check_columns(header, known, vocabulary, where=os.fspath(path), extra_columns=extra_columns)
     keys = RunKeys()
     for raw in rows:
         if raw.problem:

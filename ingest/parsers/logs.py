@@ -1,4 +1,10 @@
-"""Training-log parser: one nanotron / Megatron-LM / torchtitan / torchrun+Slurm log -> one run record.
+"""Training-log parser: one training log -> one run record, or a refusal.
+
+Formats: nanotron, Megatron-LM and its forks (Megatron-DeepSpeed's ``tgs`` / ``TFLOPs``),
+torchtitan (here), NeMo 2.0 / Megatron-Bridge, MaxText, MMEngine / XTuner, Hugging Face Trainer /
+Accelerate, DeepSpeed flops profiler (:mod:`ingest.parsers.log_formats`), and torchrun / Slurm
+failures (:mod:`ingest.classify`). Configuration facts any log prints (launcher lines, parallel
+sizes, device names, parameter counts, versions) come from :mod:`ingest.parsers.log_facts`.
 
 Standard library only. :func:`parse_log` reads a whole log (all ranks, stdout and stderr together
 is fine) and returns ONE run-record dict whose keys are those of
@@ -53,8 +59,12 @@ Reduction rules
 * Megatron prints no tokens/s: ``tokens_per_sec_per_gpu = global batch size x seq_len / step time
   / world_size`` when seq_len and world size are known (from its argument dump or from ``fields``).
 * Status: the root cause's status when the log shows a failure (a run may fail after logging
-  throughput: the numbers are kept), else ``success`` when training records were seen, else
-  ``failed`` with ``error_class`` ``unknown``.
+  throughput: the numbers are kept), else ``success`` when training records were seen. A log with
+  neither is refused (:class:`LogNotRecognised`): nothing is guessed.
+* Never a guess: a parallel degree the log does not state is left out (the server derives it only
+  where ``tp·pp·cp·dp = world_size`` determines it). Values computed here from printed numbers
+  (tokens/s/GPU from batch x sequence / step time / world size; nodes from torchrun's default) are
+  named in ``extra.derived_fields``.
 """
 
 from __future__ import annotations
@@ -65,14 +75,27 @@ from collections.abc import Callable
 from typing import Any
 
 from ingest.classify import classify_text
+from ingest.parsers import log_formats
+from ingest.parsers.log_facts import log_facts
 from ingest.record import ALIASES, REPORTED_FIELDS
 
-__all__ = ["FORMATS", "FRAMEWORK", "WARMUP_RECORDS", "detect_format", "parse_log"]
+__all__ = ["FORMATS", "FRAMEWORK", "LogNotRecognised", "WARMUP_RECORDS", "detect_format", "parse_log"]
 
-#: Log formats :func:`detect_format` can return.
-FORMATS = ("nanotron", "megatron", "torchtitan", "unknown")
+#: Log formats :func:`detect_format` can return ("unknown": no training-step lines, e.g. a
+#: torchrun/Slurm stderr file; it is parsed for failures only).
+FORMATS = ("nanotron", "megatron", "megatron-deepspeed", "torchtitan", "nemo", "maxtext", "mmengine",
+           "hf-trainer", "deepspeed", "unknown")
 #: ``framework`` value written for each format.
-FRAMEWORK = {"nanotron": "nanotron", "megatron": "megatron-lm", "torchtitan": "torchtitan"}
+FRAMEWORK = {"nanotron": "nanotron", "megatron": "megatron-lm", "megatron-deepspeed": "megatron-deepspeed",
+             "torchtitan": "torchtitan", "nemo": "nemo", "maxtext": "maxtext", "mmengine": "mmengine",
+             "hf-trainer": "hf-transformers", "deepspeed": "deepspeed"}
+#: What a log must show to be imported (the refusal message names it).
+LOOKED_FOR = ("training-step lines of a known format (" + ", ".join(FORMATS[:-1]) + ") or a failure line "
+              "(CUDA/NCCL/torch.distributed errors, OOM, Slurm time limit or cancellation)")
+
+
+class LogNotRecognised(ValueError):
+    """The log shows neither training records of a known format nor a recognised failure."""
 #: At most this many leading logged steps are treated as warm-up.
 WARMUP_RECORDS = 3
 #: Longest error_message kept.
@@ -125,11 +148,14 @@ def detect_format(text: str) -> str:
     """'nanotron', 'megatron', 'torchtitan' (whichever training-record line occurs most), or
     'unknown' when the log has none of them (e.g. a torchrun/Slurm stderr file)."""
     clean = _ANSI.sub("", text)
+    megatron = [m.group(3) for m in _MEGATRON_ITER.finditer(clean) if "elapsed time per iteration" in m.group(3)]
+    fork = sum(1 for body in megatron if "tokens per gpu per second" in body or "TFLOPs:" in body)
     counts = {
         "nanotron": len(_NANOTRON_ITER.findall(clean)),
-        "megatron": sum(1 for m in _MEGATRON_ITER.finditer(clean) if "elapsed time per iteration" in m.group(3)),
+        "megatron-deepspeed" if fork * 2 > len(megatron) else "megatron": len(megatron),
         "torchtitan": len(_TITAN_STEP.findall(clean)),
     }
+    counts.update({name: count(clean) for name, count in log_formats.COUNTERS.items()})
     best = max(counts, key=lambda k: counts[k])
     return best if counts[best] else "unknown"
 
@@ -250,22 +276,29 @@ def _megatron(text: str) -> tuple[list[dict], dict, dict, dict]:
         if "elapsed time per iteration (ms)" not in kv:
             continue
         ms = _number(kv["elapsed time per iteration (ms)"])
+        tflops = kv.get("throughput per GPU (TFLOP/s/GPU)", kv.get("TFLOPs", ""))  # forks print "TFLOPs"
         records.append(
             {
                 "step": int(m.group(1)),
-                "tflops_per_gpu": _number(kv.get("throughput per GPU (TFLOP/s/GPU)", "")),
+                "tflops_per_gpu": _number(tflops),
+                "tokens_per_sec_per_gpu": _number(kv.get("tokens per gpu per second (tgs)", "")),
                 "step_time_s": ms / 1000.0 if ms is not None else None,
                 "global_batch_size": _number(kv.get("global batch size", "")),
                 "loss": _number(kv.get("lm loss", "")),
             }
         )
+        seqlen = _number(kv.get("actual seqlen", ""))  # Megatron-DeepSpeed
+        if seqlen and "seq_len" not in config:
+            config["seq_len"] = int(seqlen)
     mem = re.findall(
         rf"memory \(MB\) \| allocated: ({_NUM}) \| max allocated: ({_NUM}) \| "
         rf"(?:reserved|cached): ({_NUM}) \| max (?:reserved|cached): ({_NUM})",
         text,
     )
+    # DeepSpeed's timer: MaxMemAllocated=19.52GB is torch.cuda.max_memory_allocated() / 2**30
+    ds_peak = [float(v) for v in re.findall(rf"MaxMemAllocated=({_NUM})GB", text)]
     memory = {
-        "peak": _max([_to_gib(float(m[1]), "MiB") for m in mem]),
+        "peak": _max([_to_gib(float(m[1]), "MiB") for m in mem] + ds_peak),
         "reserved": _max([_to_gib(float(m[3]), "MiB") for m in mem]),
     }
     return records, memory, config, {}
@@ -331,7 +364,9 @@ def _torchtitan(text: str) -> tuple[list[dict], dict, dict, dict]:
 _EXTRACTORS: dict[str, Callable[[str], tuple[list[dict], dict, dict, dict]]] = {
     "nanotron": _nanotron,
     "megatron": _megatron,
+    "megatron-deepspeed": _megatron,
     "torchtitan": _torchtitan,
+    **log_formats.EXTRACTORS,
 }
 
 
@@ -355,20 +390,36 @@ def _median(records: list[dict], key: str) -> float | None:
     return float(f"{statistics.median(values):.6g}") if values else None
 
 
-def parse_log(text: str, **fields: Any) -> dict[str, Any]:
+def parse_log(text: str, log_format: str | None = None, **fields: Any) -> dict[str, Any]:
     """One run record from one training log; ``fields`` (user-supplied run fields, aliases
-    accepted) override what the log says. See the module docstring for the rules."""
+    accepted) override what the log says; ``log_format`` (one of :data:`FORMATS`) skips detection.
+    See the module docstring for the rules.
+
+    Raises :class:`LogNotRecognised` (a ValueError) when the log has no training records and no
+    recognised failure, ValueError for an unknown field or format name."""
     user = _normalise_fields(fields)
     clean = _ANSI.sub("", text)
-    fmt = detect_format(clean)
+    if log_format is not None and log_format not in FORMATS:
+        raise ValueError(f"unknown log format {log_format!r}; one of {', '.join(FORMATS)}")
+    fmt = log_format or detect_format(clean)
     record: dict[str, Any] = {"source": "log"}
     extra: dict[str, Any] = {"log_format": fmt}
+    facts, facts_extra, derived = log_facts(clean)
+    record.update(facts)
+    extra.update(facts_extra)
     records: list[dict] = []
     if fmt in _EXTRACTORS:
         record["framework"] = FRAMEWORK[fmt]
         records, memory, config, fmt_extra = _EXTRACTORS[fmt](clean)
-        record.update({k: (int(v) if isinstance(v, float) and v.is_integer() else v)
-                       for k, v in config.items() if v is not None})
+        for key, value in config.items():
+            if value is None:
+                continue
+            value = int(value) if isinstance(value, float) and value.is_integer() else value
+            if key in facts and facts[key] != value:
+                extra.setdefault("conflicting_facts", {})[key] = [facts[key], value]
+            record[key] = value  # the framework's own statement wins over a launcher line
+            if key in derived:
+                derived.remove(key)
         extra.update(fmt_extra)
         if memory["peak"] is not None:
             record["peak_memory_gib"] = memory["peak"]
@@ -380,18 +431,33 @@ def parse_log(text: str, **fields: Any) -> dict[str, Any]:
     skip = min(WARMUP_RECORDS, len(steps) // 2)
     warmup = set(steps[:skip])
     steady = [r for r in records if r["step"] not in warmup]
-    if fmt == "megatron":
-        seq = user.get("seq_len", record.get("seq_len"))
-        world = user.get("world_size", record.get("world_size"))
-        if world is None and user.get("nodes") and user.get("gpus_per_node"):
-            world = user["nodes"] * user["gpus_per_node"]
-        for r in records:
-            if seq and world and r["step_time_s"] and r["global_batch_size"]:
-                r["tokens_per_sec_per_gpu"] = r["global_batch_size"] * seq / r["step_time_s"] / world
+    # Frameworks that print batch size and step time (or samples/s) but no tokens/s per GPU:
+    # tokens/s/GPU = global batch (samples) x seq_len / step time / world size, or
+    # samples/s x seq_len / world size -- only when seq_len and the world size are known.
+    seq = user.get("seq_len", record.get("seq_len"))
+    world = user.get("world_size", record.get("world_size"))
+    nodes, gpn = user.get("nodes", record.get("nodes")), user.get("gpus_per_node", record.get("gpus_per_node"))
+    if world is None and nodes and gpn:
+        world = nodes * gpn
+    computed = False
+    for r in records:
+        if r.get("tokens_per_sec_per_gpu") is not None or not (seq and world):
+            continue
+        if r.get("step_time_s") and r.get("global_batch_size"):
+            r["tokens_per_sec_per_gpu"] = r["global_batch_size"] * seq / r["step_time_s"] / world
+            computed = True
+        elif r.get("samples_per_sec"):
+            r["tokens_per_sec_per_gpu"] = r["samples_per_sec"] * seq / world
+            computed = True
     for key in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu", "step_time_s"):
         value = _median(steady, key)
         if value is not None:
             record[key] = value
+    if computed and "tokens_per_sec_per_gpu" in record:
+        derived.append("tokens_per_sec_per_gpu")
+    samples = _median(steady, "samples_per_sec")
+    if samples is not None:
+        extra["samples_per_sec"] = samples  # whole job, every process
     hardware_tflops = _median(steady, "hardware_tflops_per_gpu")  # nanotron's HFU numerator
     if hardware_tflops is not None:
         extra["hardware_tflops_per_gpu"] = hardware_tflops
@@ -405,7 +471,8 @@ def parse_log(text: str, **fields: Any) -> dict[str, Any]:
         loss = [r["loss"] for r in records if r.get("loss") is not None]
         if loss:
             extra["last_loss"] = loss[-1]
-    throughput_seen = any(record.get(k) is not None for k in ("tokens_per_sec_per_gpu", "tflops_per_gpu"))
+    measured = any(r.get(k) is not None for r in records
+                   for k in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "step_time_s", "samples_per_sec"))
 
     failure = classify_text(clean)
     if failure.error_class is not None:
@@ -413,14 +480,17 @@ def parse_log(text: str, **fields: Any) -> dict[str, Any]:
         record["error_class"] = failure.error_class
         record["error_message"] = (failure.line or "")[:MAX_MESSAGE]
         extra["error_line_no"] = failure.line_no
-    elif throughput_seen:
+    elif measured:
         record["status"] = "success"
     else:
-        record["status"] = "failed"
-        record["error_class"] = "unknown"
-        record["error_message"] = "no training throughput lines and no recognised failure in the log"
+        raise LogNotRecognised(f"nothing to import: found no {LOOKED_FOR}")
 
     user_extra = user.pop("extra", None)
+    for key in user:
+        if key in derived:
+            derived.remove(key)
     record.update(user)
+    if derived:
+        extra["derived_fields"] = sorted(set(derived))
     record["extra"] = {**extra, **(user_extra or {})}
     return record

@@ -104,16 +104,34 @@ _NAME_TOKEN_FIELDS = {"dp": "dp", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep"
 _JOB_SAFE_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def parse_file(path: str | os.PathLike, **defaults: Any) -> ParseResult:
+#: text columns of nanotron's bench CSV kept in extra as they are
+_EXTRA_TEXT = ("pp_engine", "tp_mode", "hidden_act", "Total Params", "Local Params", "log_file")
+
+
+def known_column(column: str) -> bool:
+    """A column this parser understands (mapped to a field, or one of nanotron's extra columns)."""
+    return (column in _INT_FIELDS or column in _FLOAT_FIELDS or column in _SPECIAL or column in _EXTRA_NUMBERS
+            or column in _EXTRA_BOOLS or column in _EXTRA_TEXT or column.endswith("(GB/s)"))
+
+
+def parse_file(path: str | os.PathLike, *, extra_columns: bool = False, column_map: Mapping[str, str] | None = None,
+               **defaults: Any) -> ParseResult:
     """Parse a nanotron bench CSV into run records and rejects.
 
     ``defaults``: run-record fields from the CLI (e.g. ``gpu_type="H100-SXM-80GB"``,
     ``gpus_per_node=8``); see the module docstring for which parser assumptions they replace.
-    Raises ValueError for bad defaults or a header without the dp/tp/pp columns (not a nanotron
-    bench file); every data row otherwise ends up in exactly one of records / rejects.
+    Run-record names of the mapped columns are accepted too (``tokens_per_sec_per_gpu`` for
+    ``tok/s/gpu``, ``micro_batch_size`` for ``mbs``, ...).
+    A column this parser does not know (:func:`known_column`) is refused unless ``extra_columns``
+    (kept in extra) or renamed by ``column_map`` (``--map``). Raises ValueError for bad defaults,
+    unknown columns or a header without the dp/tp/pp columns (not a nanotron bench file); every
+    data row otherwise ends up in exactly one of records / rejects.
     """
+    aliases = {fld: col for col, fld in {**_INT_FIELDS, **_FLOAT_FIELDS}.items() if fld != col}
+    vocabulary = [*_INT_FIELDS, *_FLOAT_FIELDS, *_SPECIAL, *_EXTRA_NUMBERS, *_EXTRA_BOOLS, *_EXTRA_TEXT, *aliases]
     return parse_rows(path, defaults, required=REQUIRED_COLUMNS, layout="nanotron bench CSV",
-                      parse_row=parse_row, key_for=_run_key)
+                      parse_row=parse_row, key_for=_run_key, known=known_column, vocabulary=vocabulary,
+                      extra_columns=extra_columns, column_map=column_map, aliases=aliases)
 
 
 def _run_key(cells: Mapping[str, str]) -> str:

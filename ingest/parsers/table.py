@@ -103,15 +103,20 @@ _HFU_NOTE_RE = re.compile(r"percentage_of_theoretical_peak=([\d.]+)%\s*\(hardwar
 _TPU_COUNT_RE = re.compile(r"v\d+[a-z]*-(\d+)\b", re.IGNORECASE)
 
 
-def parse_file(path: str | os.PathLike, **defaults: Any) -> ParseResult:
+def parse_file(path: str | os.PathLike, *, extra_columns: bool = False, column_map: Mapping[str, str] | None = None,
+               **defaults: Any) -> ParseResult:
     """Parse a published table CSV into run records and rejects.
 
     ``defaults``: run-record fields from the CLI (``gpu_type=...``, ``gpus_per_node=8``, ...).
-    Raises ValueError for bad defaults or a header lacking model/gpu_type/num_gpus (not the
-    common layout); every data row otherwise ends up in exactly one of records / rejects.
+    A column outside :data:`COLUMNS` is refused unless ``extra_columns`` (then kept in extra) or
+    renamed by ``column_map``. Raises ValueError for bad defaults, unknown columns or a header
+    lacking model/gpu_type/num_gpus (not the common layout); every data row otherwise ends up in
+    exactly one of records / rejects.
     """
     return parse_rows(path, defaults, required=REQUIRED_COLUMNS, layout="published-table CSV",
-                      parse_row=parse_row, key_for=lambda cells: f"{SOURCE}:{row_digest(cells)[:24]}")
+                      parse_row=parse_row, key_for=lambda cells: f"{SOURCE}:{row_digest(cells)[:24]}",
+                      known=set(COLUMNS).__contains__, vocabulary=COLUMNS, extra_columns=extra_columns,
+                      column_map=column_map)
 
 
 def parse_row(cells: Mapping[str, str], defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:

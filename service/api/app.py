@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from service import __version__
 from service.api import analytics, errors, memory, planning, runs, sql, tokens
 from service.api.limits import BodySizeLimit
+from service.api.strict import reject_unknown_query
 from service.db import Database
 from service.schemas import ErrorBody, RunIn, RunOut, StoredRuns
 from service.settings import Settings, get_settings
@@ -45,6 +46,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
         summary="Results database for distributed LLM-training benchmark sweeps.",
         lifespan=lifespan,
         responses={422: {"model": ErrorBody}, 400: {"model": ErrorBody}},
+        dependencies=[Depends(reject_unknown_query)],  # unknown GET query parameters -> 422 (api/strict.py)
     )
     app.state.settings = settings
     if db is not None:

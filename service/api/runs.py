@@ -118,10 +118,13 @@ def list_runs(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
-    sort: Annotated[str, Query(description="column, '-' prefix for descending: "
-                                           + ", ".join(store.SORT_COLUMNS))] = "id",
+    sort: Annotated[str, Query(description="column, '-' prefix for descending: " + ", ".join(store.SORT_COLUMNS))] = "id",
+    name: Annotated[str | None, Query(max_length=2000, description="exact run name")] = None,
+    name_prefix: Annotated[str | None, Query(min_length=1, max_length=2000,
+                                             description="runs whose name starts with this")] = None,
     model_name: str | None = None,
-    model_params: Annotated[int | None, Query(ge=1)] = None,
+    model_params: Annotated[str | None, Query(min_length=1, max_length=40, description=(
+        "total parameters: digits or a number with K/M/B/T, e.g. 8030261248, 8B, 1.34B, 350M"))] = None,
     model_size_class: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
     source: str | None = None,
     gpu_type: str | None = None,
@@ -148,20 +151,32 @@ def list_runs(
     started_after: datetime | None = None,
     started_before: datetime | None = None,
 ) -> Response:
-    """Runs matching every given filter (equality), `limit` per page (≤ 1,000), keyset cursor.
+    """Runs matching every given filter (equality; `name_prefix`: names starting with it), `limit`
+    per page (≤ 1,000), keyset cursor.
 
     Body: `{"runs": [...], "next_cursor": str | null, "total": N}` where `total` counts all matches.
-    `gpu_type` and `precision` accept catalog aliases ("h100_80gb", "torch.bfloat16").
+    `gpu_type` and `precision` accept catalog aliases ("h100_80gb", "torch.bfloat16"); `model_params`
+    accepts "8B", "350M", "1.34B" (the CLI's parser, `ingest.record.parse_param_count`). A query
+    parameter this endpoint does not declare is a 422 naming it (service/api/strict.py).
     """
+    from ingest.record import parse_param_count
     from service import hardware
+    from service.errors import ValidationFailed
 
     filters: dict[str, Any] = {k: v for k, v in locals().items() if k in store.FILTER_COLUMNS}
+    if model_params is not None:
+        try:
+            filters["model_params"] = parse_param_count(model_params)
+        except ValueError as exc:
+            raise ValidationFailed(f"model_params: {exc}", [{"field": "model_params", "value": model_params,
+                                                             "message": str(exc)}]) from None
     if gpu_type:
         filters["gpu_type"] = hardware.canonical_gpu_type(gpu_type) or gpu_type
     if precision:
         filters["precision"] = hardware.canonical_precision(precision)
     runs, next_cursor, total = store.list_runs(session, filters, sort=sort, limit=limit, cursor=cursor,
-                                               started_after=started_after, started_before=started_before)
+                                               started_after=started_after, started_before=started_before,
+                                               name_prefix=name_prefix)
     return model_response(RunsPage, {"runs": runs, "next_cursor": next_cursor, "total": total})
 
 

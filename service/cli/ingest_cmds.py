@@ -2,8 +2,8 @@
 
 - ``sync`` replays the push client's spool (SCALEBOOK_SPOOL_DIR) through the API.
 - ``classify`` labels error lines read on stdin with the DESIGN §6 failure classes.
-- ``import log`` turns training logs (nanotron, Megatron-LM, torchtitan, torchrun/Slurm) into one
-  run each; ``import mlflow`` / ``import wandb`` read MLflow experiments (REST API) and W&B
+- ``import log`` turns training logs (see ``ingest.parsers.logs.FORMATS``) into one run each and
+  refuses a log with neither training records nor a recognised failure; ``import mlflow`` / ``import wandb`` read MLflow experiments (REST API) and W&B
   runs-table CSV exports through a TOML/YAML mapping file (``ingest.external``). Like every
   importer they send through the API (SCALEBOOK_API_URL), print read / stored / already present /
   rejected, write rejected rows with reasons to a CSV file, and use deterministic run keys so a
@@ -21,8 +21,8 @@ from typing import Any
 
 import typer
 
-from service.cli.base import Api, app, console, fail, print_json
-from service.cli.imports import ImportSummary, import_app, report, send_records, write_rejects
+from service.cli.base import Api, app, console, err_console, fail, print_json
+from service.cli.imports import ImportSummary, finish, import_app, send_records, write_rejects
 
 _REJ = typer.Option(None, "--rejects", help="where to write rejected rows (default ./<name>.rejects.csv)")
 _JSON = typer.Option(False, "--json", help="print the summary as JSON")
@@ -75,16 +75,15 @@ def classify(root_cause: bool = typer.Option(
 
 
 # ---------------------------------------------------------------------- import log
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMBT]?)\s*$", re.I)
-
-
 def parse_size(text: str) -> int:
-    """'8030261248', '8B', '1.3b', '350M' → parameter count. Raises typer.BadParameter."""
-    m = _SIZE.match(text.replace(",", "").replace("_", ""))
-    if not m:
-        raise typer.BadParameter(f"{text!r} is not a count like 8030261248, 8B or 350M")
-    scale = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}[m.group(2).upper()]
-    return int(round(float(m.group(1)) * scale))
+    """'8030261248', '8B', '1.3b', '350M' → parameter count (ingest.record.parse_param_count, the
+    parser the API shares). Raises typer.BadParameter."""
+    from ingest.record import parse_param_count
+
+    try:
+        return parse_param_count(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def parse_field(item: str) -> tuple[str, Any]:
@@ -139,14 +138,23 @@ def import_log(
     framework: str = typer.Option(None, "--framework"),
     field: list[str] = typer.Option(None, "--field", help="any run field as key=value (repeatable; extra.NAME=…)"),
     run_key: str = typer.Option(None, "--run-key", help="default: log:<hash of the log and these options>"),
+    log_format: str = typer.Option(None, "--format", help="force a log format instead of detecting it: "
+                                   "nanotron, megatron, megatron-deepspeed, torchtitan, nemo, maxtext, "
+                                   "mmengine, hf-trainer, deepspeed, unknown (failures only)"),
     rejects: Path = _REJ,
     as_json: bool = _JSON,
 ) -> None:
-    """Import training logs (nanotron, Megatron-LM, torchtitan, torchrun/Slurm): one run per file.
+    """Import training logs: one run per file. Formats: nanotron, Megatron-LM and forks (tgs),
+    torchtitan, NeMo 2.0 / Megatron-Bridge, MaxText, MMEngine/XTuner, Hugging Face Trainer,
+    DeepSpeed flops profiler, torchrun/Slurm failures (auto-detected; --format to force).
 
-    Options override what the log says. The run key is a hash of the log text and the options, so
-    importing the same log with the same options twice stores nothing new."""
-    from ingest.parsers.logs import parse_log
+    Options override what the log says. A log with no training records and no recognised failure
+    is refused (listed as rejected, exit 1, nothing stored for it). The run key is a hash of the log
+    text and the options, so importing the same log with the same options twice stores nothing new."""
+    from ingest.parsers.logs import FORMATS, parse_log
+
+    if log_format is not None and log_format not in FORMATS:
+        raise typer.BadParameter(f"--format {log_format!r}: one of {', '.join(FORMATS)}")
 
     fields: dict[str, Any] = {k: v for k, v in {
         "name": name, "model_name": model_name, "model_params": parse_size(model_params) if model_params else None,
@@ -171,9 +179,10 @@ def import_log(
         summary.read += 1
         text = path.read_text(errors="replace")
         try:
-            record = parse_log(text, **fields)
-        except ValueError as exc:
+            record = parse_log(text, log_format=log_format, **fields)
+        except ValueError as exc:  # LogNotRecognised: nothing to import from this file
             summary.rejected.append({"line": None, "row": str(path), "reason": f"{path}: {exc}"})
+            err_console.print(f"[bold red]refused[/] {path}: {exc}")
             continue
         record.setdefault("name", path.stem)
         digest = hashlib.sha256(text.encode() + json.dumps(fields, sort_keys=True, default=str).encode())
@@ -183,7 +192,7 @@ def import_log(
         origins.append({"line": str(path), "row": record})
     send_records(Api(), records, origins, summary)
     write_rejects(summary, rejects or (Path.cwd() / f"{files[0].stem}.rejects.csv"))
-    report(summary, as_json)
+    finish(summary, as_json)
 
 
 # ---------------------------------------------------------------------- MLflow / W&B
@@ -194,7 +203,7 @@ def _send_converted(label: str, converted, rejects: Path, as_json: bool) -> None
     origins = [{"line": ref, "row": rec} for ref, rec in zip(converted.refs, converted.records)]
     send_records(Api(), converted.records, origins, summary)
     write_rejects(summary, rejects)
-    report(summary, as_json)
+    finish(summary, as_json)
 
 
 @import_app.command("mlflow")
