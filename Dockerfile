@@ -31,6 +31,7 @@ COPY service ./service
 COPY ingest ./ingest
 COPY dashboard ./dashboard
 COPY migrations ./migrations
+COPY bench ./bench
 COPY examples ./examples
 # editable: migrations/, dashboard/app.py and examples/data are used from /app
 RUN pip install --no-deps -e . \

@@ -173,7 +173,10 @@ def bench(
     ingest_batch_runs_per_s, ingest_single_post_p50_ms, ingest_single_post_p99_ms, heatmap_ms,
     recommend_ms (plus details). Exits 1 when the server cannot be started.
     """
-    from bench import benchtool
+    try:
+        from bench import benchtool  # the benchmark driver lives in bench/, beside the service
+    except ImportError:
+        fail("the benchmark driver (bench/benchtool.py) is not installed here: run from a scalebook checkout")
 
     if backend in ("postgresql", "pg"):
         backend = "postgres"
