@@ -12,7 +12,10 @@ Per request, from the `runs` table only (the database is the only state):
    GAS = global batch / (DP·MBS·seq), which must be a whole number ≥ 1 — the micro-batch is
    lowered when GAS would fall below 1; a layout that cannot hit the batch is left out (counted in
    `notes`).
-4. Ranked by the predicted tokens/s/GPU for the target (service/analytics/throughput.py), then
+4. Ranked by the lower end of the predicted tokens/s/GPU's interval for the target
+   (service/analytics/throughput.py; the interval widens with the distance to the nearest
+   recorded run of the same layout, so a layout nobody ran near the target does not win on an
+   extrapolation alone), then
    dropped when the memory model (service/analytics/memory.py) predicts no fit or a recorded OOM
    implies one (same TP/PP/CP/seq/GPU, no more ZeRO sharding, no smaller micro-batch, no stronger
    recompute, and under ZeRO ≥ 1 no larger DP) — unless the very configuration ran on the target.
@@ -47,6 +50,8 @@ LAYOUT_FIELDS = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute"
 DIM_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
 _RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
 _POW2 = (1, 2, 4, 8, 16, 32, 64)
+#: the most the interval's half-width is widened by (× (1 + widen)) for extrapolation
+MAX_WIDEN = 2.0
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*$")
 _SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
@@ -289,17 +294,25 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
         notes.append(fit.reason or "prior parameters")
     ooms = _oom_rows(session)
     recorded = _recorded_on_target(session, ctx) if exclude_recorded else set()
-    near = min((distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"], ctx["gpu_type"]) for r in rows),
-               default=3.0)
+    by_layout: dict[tuple, float] = {}
+    for r in rows:
+        key = tuple(_value(r, f) for f in LAYOUT_FIELDS)
+        d = distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"], ctx["gpu_type"])
+        by_layout[key] = min(d, by_layout.get(key, d))
     scored = []
     for cfg in layouts(ctx, rows):
         if exclude_recorded and tuple(cfg[f] for f in CONFIG_FIELDS) in recorded:
             continue
+        # the interval widens with the distance to the nearest recorded run of the same layout
+        # (an unrecorded layout counts as MAX_WIDEN away): the ranking is by the lower end, so a
+        # layout the records have never shown does not win on an extrapolation alone
+        widen = min(by_layout.get(tuple(cfg[f] for f in LAYOUT_FIELDS), MAX_WIDEN), MAX_WIDEN)
         try:
-            pred = model.predict(_run_record(cfg, ctx), ctx["framework"], widen=min(near, 2.0))
+            pred = model.predict(_run_record(cfg, ctx), ctx["framework"], widen=widen)
         except ValueError:
             continue
-        scored.append((-pred["mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"], cfg, pred))
+        lower = pred["interval"][0] / pred["tokens_per_sec_per_gpu"]
+        scored.append((-pred["mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"] * lower, cfg, pred))
     scored.sort(key=lambda e: (e[0], tuple(str(e[1][f]) for f in CONFIG_FIELDS)))
     counts = {"layouts": len(scored), "memory_rejected": 0, "oom_rejected": 0}
     out: list[dict[str, Any]] = []
