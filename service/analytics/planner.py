@@ -69,8 +69,12 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
 
     nodes, found = 8, None
     for _ in range(4):
-        answer = rec.recommend(session, rec.Target(model_params=n_params, nodes=nodes, gpus_per_node=gpus_per_node,
-                                                   gpu_type=gpu_type), k=1)
+        try:
+            answer = rec.recommend(session, rec.Target(model_params=n_params, nodes=nodes,
+                                                       gpus_per_node=gpus_per_node, gpu_type=gpu_type), k=1)
+        except BadRequest as exc:
+            raise BadRequest(f"no MFU to plan with: {exc.message}; pass mfu (e.g. 0.35)",
+                             [{"field": "mfu", "value": None, "message": "required: nothing to predict from"}]) from exc
         if not answer["candidates"]:
             break
         found = (nodes, answer)
