@@ -12,7 +12,9 @@ Per request, from the `runs` table only (the database is the only state):
    GAS = global batch / (DP·MBS·seq), which must be a whole number ≥ 1 — the micro-batch is
    lowered when GAS would fall below 1; a layout that cannot hit the batch is left out (counted in
    `notes`).
-4. Ranked by the lower end of the predicted tokens/s/GPU's interval for the target
+4. Ranked first the layouts (TP, PP, CP, ZeRO, MBS, recompute) that ran at the target's model
+   size class (or the nearest recorded one) — "what worked" — then the others; within each, by
+   the lower end of the predicted tokens/s/GPU's interval for the target
    (service/analytics/throughput.py; the interval widens with the distance to the nearest
    recorded run of the same layout, so a layout nobody ran near the target does not win on an
    extrapolation alone), then
@@ -52,6 +54,9 @@ _RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
 _POW2 = (1, 2, 4, 8, 16, 32, 64)
 #: the most the interval's half-width is widened by (× (1 + widen)) for extrapolation
 MAX_WIDEN = 2.0
+#: "what worked": layouts recorded at the nearest node count(s) of the size class, up to this far
+#: beyond the nearest in |ln(nodes ratio)| (ln 2: the next power of two too)
+WORKED_NODES_SLACK = math.log(2) + 1e-9
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*$")
 _SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
@@ -299,6 +304,15 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
         key = tuple(_value(r, f) for f in LAYOUT_FIELDS)
         d = distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"], ctx["gpu_type"])
         by_layout[key] = min(d, by_layout.get(key, d))
+    # layouts that ran at the target's size class (or the nearest recorded one): "what worked";
+    # a layout nobody ran at that size ranks after them, however good its prediction
+    sizes = {r["model_size_class"] for r in rows if r["model_size_class"]}
+    near_size = min(sizes, key=lambda z: (abs(math.log(z / ctx["size_class"])), z)) if sizes else None
+    same = [r for r in rows if r["model_size_class"] == near_size and r["gpu_type"] == ctx["gpu_type"]] or \
+        [r for r in rows if r["model_size_class"] == near_size]
+    gap = min((abs(math.log(r["nodes"] / ctx["nodes"])) for r in same if r["nodes"]), default=0.0)
+    worked = {tuple(_value(r, f) for f in LAYOUT_FIELDS) for r in same
+              if r["nodes"] and abs(math.log(r["nodes"] / ctx["nodes"])) <= gap + WORKED_NODES_SLACK}
     scored = []
     for cfg in layouts(ctx, rows):
         if exclude_recorded and tuple(cfg[f] for f in CONFIG_FIELDS) in recorded:
@@ -312,7 +326,8 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
         except ValueError:
             continue
         lower = pred["interval"][0] / pred["tokens_per_sec_per_gpu"]
-        scored.append((-pred["mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"] * lower, cfg, pred))
+        tier = 0 if tuple(cfg[f] for f in LAYOUT_FIELDS) in worked else 1
+        scored.append(((tier, -pred["mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"] * lower), cfg, pred))
     scored.sort(key=lambda e: (e[0], tuple(str(e[1][f]) for f in CONFIG_FIELDS)))
     counts = {"layouts": len(scored), "memory_rejected": 0, "oom_rejected": 0}
     out: list[dict[str, Any]] = []

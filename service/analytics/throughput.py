@@ -7,6 +7,7 @@ Megatron-LM [NA21] (the physical terms and their sources: service/analytics/thro
         + a_tp · tp_bytes / tp_bw + α_tp · n_tp           exposed TP collectives [NA21 §3.2], [UP TP/SP]:
                                                           volume and a latency per collective (Hockney α–β)
         + a_dp · dp_bytes / dp_bw                         exposed DP / ZeRO gradient sync [UP DP, ZeRO]
+        + a_zero · zero_gather_bytes / dp_bw              ZeRO-1/2 parameter all-gather after the step
         + A_CP · cp_bytes / cp_bw                         exposed ring-attention exchange [UP CP]
         + pp_bytes / pp_bw                                pipeline point-to-point sends [NA21 §2.2]
         + c_launch · m · L/pp                             fixed cost per layer and micro-batch
@@ -19,7 +20,7 @@ micro-batches; the saturating form is the usual roofline-style occupancy curve).
 0.3 (most of the ring exchange overlaps the attention [UP CP]) for lack of CP runs to fit it on.
 
 Then tokens/s/GPU = (global batch tokens / world size) / t and MFU = model FLOPs / (t · peak)
-[PaLM appendix B]. The eight parameters (e_max, k_mb, k_h, a_tp, alpha_tp, a_dp, a_bubble, c_launch) are
+[PaLM appendix B]. The nine parameters (e_max, k_mb, k_h, a_tp, alpha_tp, a_dp, a_zero, a_bubble, c_launch) are
 fitted by least squares on log(tokens/s) (scipy.optimize.least_squares) to the user's own
 successful, not retired runs with a known precision, per GPU type and framework, aggregated per
 configuration in SQL (each configuration's best recorded tokens/s/GPU: slower repeats are
@@ -51,20 +52,21 @@ from service import hardware
 from service.analytics.throughput_terms import Terms, as_arrays, terms
 from service.tables import Run
 
-PARAMS = ("e_max", "k_mb", "k_h", "a_tp", "alpha_tp", "a_dp", "a_bubble", "c_launch")
+PARAMS = ("e_max", "k_mb", "k_h", "a_tp", "alpha_tp", "a_dp", "a_zero", "a_bubble", "c_launch")
 #: the documented prior: the fit on the Ultra-Scale Playbook sweep (bench_calibration.csv, H100
 #: nanotron, runs after the pipeline fix), rounded; used when a group has too few configurations
-PRIOR = {"e_max": 0.69, "k_mb": 1.0, "k_h": 136.0, "a_tp": 0.6, "alpha_tp": 5.4e-4, "a_dp": 1.1, "a_bubble": 3.1,
+PRIOR = {"e_max": 0.69, "k_mb": 1.0, "k_h": 136.0, "a_tp": 0.6, "alpha_tp": 5.4e-4, "a_dp": 1.1, "a_zero": 0.5, "a_bubble": 3.1,
          "c_launch": 4e-3}
-_LOWER = {"e_max": 0.05, "k_mb": 0.0, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "a_dp": 0.0, "a_bubble": 0.3,
+_LOWER = {"e_max": 0.05, "k_mb": 0.0, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "a_dp": 0.0, "a_zero": 0.0, "a_bubble": 0.3,
           "c_launch": 0.0}
-_UPPER = {"e_max": 1.0, "k_mb": 2e4, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "a_dp": 3.0, "a_bubble": 4.0,
+_UPPER = {"e_max": 1.0, "k_mb": 2e4, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "a_dp": 3.0, "a_zero": 3.0, "a_bubble": 4.0,
           "c_launch": 0.05}
 A_CP = 0.3
 MIN_CONFIGS = 8
-#: soft-L1 scale of the fit on log(tokens/s): residuals beyond ~10 % count linearly, so a few
+#: robust (Cauchy) loss of the fit on log(tokens/s), scale 10 %: residuals far beyond it barely count, so a few
 #: pathological runs (a hung pipeline at 1/40 of its siblings) do not drag the fit
 ROBUST_SCALE = 0.1
+ROBUST_LOSS = "cauchy"
 #: default relative half-width of the interval when the fit has no held-out residuals (prior)
 PRIOR_SPREAD = 0.35
 
@@ -83,7 +85,7 @@ def step_time(t: dict[str, Any] | Terms, p: dict[str, float]) -> Any:
     compute = g["hw_flops"] / (g["peak_flops"] * eff)
     bubble = compute * p["a_bubble"] * (g["pp"] - 1) / g["micro_batches"]
     tp = p["a_tp"] * g["tp_bytes"] / g["tp_bw"] + p["alpha_tp"] * g["tp_collectives"]
-    dp = p["a_dp"] * g["dp_bytes"] / g["dp_bw"]
+    dp = (p["a_dp"] * g["dp_bytes"] + p["a_zero"] * g["zero_gather_bytes"]) / g["dp_bw"]
     other = (A_CP * g["cp_bytes"] / g["cp_bw"] + g["pp_bytes"] / g["pp_bw"]
              + p["c_launch"] * g["micro_batches"] * g["layers_local"])
     return compute + bubble + tp + dp + other, compute, tp, dp, bubble, other
@@ -153,7 +155,7 @@ def fit(rows: list[dict[str, Any]], group: dict[str, Any]) -> Fit:
 
     lo, hi = _vec(_LOWER), _vec(_UPPER)
     res = least_squares(residuals, np.clip(_vec(PRIOR), lo, hi), bounds=(lo, hi), x_scale=np.maximum(_vec(PRIOR), 1e-4),
-                        method="trf", loss="soft_l1", f_scale=ROBUST_SCALE, max_nfev=200)
+                        method="trf", loss=ROBUST_LOSS, f_scale=ROBUST_SCALE, max_nfev=200)
     jac = res.jac
     hat = np.einsum("ij,jk,ik->i", jac, np.linalg.pinv(jac.T @ jac), jac)
     loo = res.fun / np.clip(1.0 - hat, 0.05, None)

@@ -52,6 +52,9 @@ class Terms:
     tp_collectives: how many TP collectives the step launches (each pays a latency: Hockney's
         α–β model, Hockney 1994, "The communication challenge for MPP");
     dp_bytes, dp_bw: DP/ZeRO collective volume and bandwidth (recorded when the run carries it);
+    zero_gather_bytes: ZeRO-1/2's all-gather of the updated parameter shards after the optimizer
+        step — part of dp_bytes, but it cannot overlap the backward pass as DDP's bucketed
+        all-reduce does ([UP "ZeRO-1"]: "an all-gather after the optimizer step");
     cp_bytes, cp_bw, pp_bytes, pp_bw: context-parallel ring and pipeline point-to-point traffic;
     tokens_per_gpu: global batch tokens / world size.
     """
@@ -69,6 +72,7 @@ class Terms:
     tp_collectives: float
     dp_bytes: float
     dp_bw: float
+    zero_gather_bytes: float
     cp_bytes: float
     cp_bw: float
     pp_bytes: float
@@ -146,6 +150,7 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     n_dp = dp * cp
     local = n_params / (tp * pp)
     dp_bytes = 2 * (n_dp - 1) / n_dp * local * _BF16 if n_dp > 1 else 0.0
+    zero_gather = (n_dp - 1) / n_dp * local * _BF16 if zero in (1, 2) and n_dp > 1 else 0.0
     if zero == 3:
         dp_bytes *= 1.5
     crosses = tp * cp * dp > gpn
@@ -170,7 +175,7 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
                  mb_tokens=mbs * seq / cp, h_shard=model.h / tp, micro_batches=int(gas),
                  layers_local=layers_local, pp=pp, tp_bytes=tp_bytes, tp_bw=tp_bw,
                  tp_collectives=tp_collectives, dp_bytes=dp_bytes,
-                 dp_bw=dp_bw, cp_bytes=cp_bytes, cp_bw=cp_bw, pp_bytes=pp_bytes, pp_bw=pp_bw,
+                 dp_bw=dp_bw, zero_gather_bytes=zero_gather, cp_bytes=cp_bytes, cp_bw=cp_bw, pp_bytes=pp_bytes, pp_bw=pp_bw,
                  tokens_per_gpu=tokens_per_gpu, dp_bw_source=source)
 
 
