@@ -277,16 +277,34 @@ def _exact(cfg: dict[str, Any], ctx: dict[str, Any], rows: list[dict[str, Any]])
     return None
 
 
-def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu",
-              exclude_recorded: bool = False) -> dict[str, Any]:
-    """Up to k candidates for the target, best predicted first (module docstring).
+@dataclass
+class Scored:
+    """One valid configuration for the target with its prediction: `widen` is the distance to the
+    nearest recorded run of its layout (capped at MAX_WIDEN), `worked` whether its layout ran at
+    the target's size class near the target's node count."""
 
-    Returns {"target": the completed target, "model": the throughput fit used (status, fitted-on
-    runs, held-out error), "candidates": [{config, origin, predicted {tokens_per_sec_per_gpu, mfu,
-    peak_memory_gib, interval, step_time_s, breakdown_s}, measured | None, evidence [...],
-    memory {...}, why}], "notes": [...], "counts": {...}}. `metric` "mfu" ranks by predicted MFU
-    (the same order on one target). `exclude_recorded`: leave out configurations already recorded
-    on this target (successes and failures: /suggest). Raises BadRequest for a bad target."""
+    config: dict[str, Any]
+    predicted: dict[str, Any]
+    widen: float
+    worked: bool
+
+
+@dataclass
+class Prepared:
+    """What one request reads and derives once: the configuration rows, the completed target
+    (`ctx`), the throughput model and its fit, the recorded OOMs, notes."""
+
+    rows: list[dict[str, Any]]
+    ctx: dict[str, Any]
+    model: th.Model
+    fit: th.Fit
+    ooms: list[dict[str, Any]]
+    notes: list[str]
+
+
+def prepare(session: Session, target: Target) -> Prepared:
+    """Read the runs (aggregated) and OOMs, complete the target, choose the fit. Raises
+    BadRequest for a bad or uncompletable target."""
     if target.nodes < 1 or target.gpus_per_node < 1:
         raise BadRequest("nodes and gpus_per_node must be >= 1",
                          [{"field": "nodes", "value": target.nodes, "message": "must be >= 1"}])
@@ -297,15 +315,20 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
     fit = model.fit_for(ctx["gpu_type"], ctx["framework"])
     if fit.status == "prior" or fit.reason:
         notes.append(fit.reason or "prior parameters")
-    ooms = _oom_rows(session)
-    recorded = _recorded_on_target(session, ctx) if exclude_recorded else set()
+    return Prepared(rows, ctx, model, fit, _oom_rows(session), notes)
+
+
+def scored(prep: Prepared, skip: set[tuple] | None = None) -> list[Scored]:
+    """Every valid configuration for the target (layouts()), except those in `skip` (tuples of
+    CONFIG_FIELDS), with its prediction."""
+    ctx, rows = prep.ctx, prep.rows
     by_layout: dict[tuple, float] = {}
     for r in rows:
         key = tuple(_value(r, f) for f in LAYOUT_FIELDS)
         d = distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"], ctx["gpu_type"])
         by_layout[key] = min(d, by_layout.get(key, d))
-    # layouts that ran at the target's size class (or the nearest recorded one): "what worked";
-    # a layout nobody ran at that size ranks after them, however good its prediction
+    # layouts that ran at the target's size class (or the nearest recorded one) at the nearest
+    # node counts: "what worked"; a layout nobody ran there ranks after them in recommend
     sizes = {r["model_size_class"] for r in rows if r["model_size_class"]}
     near_size = min(sizes, key=lambda z: (abs(math.log(z / ctx["size_class"])), z)) if sizes else None
     same = [r for r in rows if r["model_size_class"] == near_size and r["gpu_type"] == ctx["gpu_type"]] or \
@@ -313,44 +336,73 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
     gap = min((abs(math.log(r["nodes"] / ctx["nodes"])) for r in same if r["nodes"]), default=0.0)
     worked = {tuple(_value(r, f) for f in LAYOUT_FIELDS) for r in same
               if r["nodes"] and abs(math.log(r["nodes"] / ctx["nodes"])) <= gap + WORKED_NODES_SLACK}
-    scored = []
+    out = []
     for cfg in layouts(ctx, rows):
-        if exclude_recorded and tuple(cfg[f] for f in CONFIG_FIELDS) in recorded:
+        if skip and tuple(cfg[f] for f in CONFIG_FIELDS) in skip:
             continue
+        layout = tuple(cfg[f] for f in LAYOUT_FIELDS)
         # the interval widens with the distance to the nearest recorded run of the same layout
-        # (an unrecorded layout counts as MAX_WIDEN away): the ranking is by the lower end, so a
-        # layout the records have never shown does not win on an extrapolation alone
-        widen = min(by_layout.get(tuple(cfg[f] for f in LAYOUT_FIELDS), MAX_WIDEN), MAX_WIDEN)
+        # (an unrecorded layout counts as MAX_WIDEN away)
+        widen = min(by_layout.get(layout, MAX_WIDEN), MAX_WIDEN)
         try:
-            pred = model.predict(_run_record(cfg, ctx), ctx["framework"], widen=widen)
+            pred = prep.model.predict(_run_record(cfg, ctx), ctx["framework"], widen=widen)
         except ValueError:
             continue
-        lower = pred["interval"][0] / pred["tokens_per_sec_per_gpu"]
-        tier = 0 if tuple(cfg[f] for f in LAYOUT_FIELDS) in worked else 1
-        scored.append(((tier, -pred["mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"] * lower), cfg, pred))
-    scored.sort(key=lambda e: (e[0], tuple(str(e[1][f]) for f in CONFIG_FIELDS)))
-    counts = {"layouts": len(scored), "memory_rejected": 0, "oom_rejected": 0}
+        out.append(Scored(cfg, pred, widen, layout in worked))
+    return out
+
+
+def admissible(prep: Prepared, item: Scored, counts: dict[str, int]) -> tuple[Any, dict[str, Any] | None] | None:
+    """(memory estimate, the recorded run on this very target or None) when the configuration
+    may be proposed; None when a recorded OOM implies it does not fit or the memory model says
+    so (a configuration that ran on the target is never ruled out). Counts rejections."""
+    exact = _exact(item.config, prep.ctx, prep.rows)
+    mem = estimate_memory(_run_record(item.config, prep.ctx))
+    if exact is None:
+        if oom_implied(item.config, prep.ctx, prep.ooms) is not None:
+            counts["oom_rejected"] = counts.get("oom_rejected", 0) + 1
+            return None
+        if mem.fits is False:
+            counts["memory_rejected"] = counts.get("memory_rejected", 0) + 1
+            return None
+    return mem, exact
+
+
+def target_body(prep: Prepared) -> dict[str, Any]:
+    """The completed target as the answers show it."""
+    ctx = prep.ctx
+    return {**{k_: v for k_, v in ctx.items() if k_ != "size_class"}, "model_size_class": ctx["size_class"],
+            "world_size": ctx["nodes"] * ctx["gpus_per_node"]}
+
+
+def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu") -> dict[str, Any]:
+    """Up to k candidates for the target, best first (module docstring).
+
+    Returns {"target": the completed target, "model": the throughput fit used (status, fitted-on
+    runs, held-out error), "candidates": [{config, origin, predicted {tokens_per_sec_per_gpu, mfu,
+    peak_memory_gib, interval, step_time_s, breakdown_s}, measured | None, evidence [...],
+    memory {...}, why}], "notes": [...], "counts": {...}}. `metric` "mfu" ranks by predicted MFU
+    (the same order on one target). Raises BadRequest for a bad target."""
+    prep = prepare(session, target)
+    items = scored(prep)
+    key = "mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"
+    items.sort(key=lambda e: (not e.worked, -e.predicted[key] * e.predicted["interval"][0]
+                              / e.predicted["tokens_per_sec_per_gpu"],
+                              tuple(str(e.config[f]) for f in CONFIG_FIELDS)))
+    counts = {"layouts": len(items), "memory_rejected": 0, "oom_rejected": 0}
     out: list[dict[str, Any]] = []
-    for _, cfg, pred in scored:
-        exact = _exact(cfg, ctx, rows)
-        mem = estimate_memory(_run_record(cfg, ctx))
-        if exact is None:
-            oom = oom_implied(cfg, ctx, ooms)
-            if oom is not None:
-                counts["oom_rejected"] += 1
-                continue
-            if mem.fits is False:
-                counts["memory_rejected"] += 1
-                continue
-        out.append(_candidate(cfg, ctx, pred, mem, exact, rows))
+    for item in items:
+        ok = admissible(prep, item, counts)
+        if ok is None:
+            continue
+        out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows))
         if len(out) >= k:
             break
-    return {"target": {**{k_: v for k_, v in ctx.items() if k_ != "size_class"}, "model_size_class": ctx["size_class"],
-                       "world_size": ctx["nodes"] * ctx["gpus_per_node"]},
-            "model": fit.describe(), "candidates": out, "notes": notes, "counts": counts}
+    return {"target": target_body(prep), "model": prep.fit.describe(), "candidates": out, "notes": prep.notes,
+            "counts": counts}
 
 
-def _recorded_on_target(session: Session, ctx: dict[str, Any]) -> set[tuple]:
+def recorded_on_target(session: Session, ctx: dict[str, Any]) -> set[tuple]:
     """Configurations with any recorded run (any status, not retired) on this very target."""
     cols = [getattr(Run, f) for f in CONFIG_FIELDS]
     q = sa.select(*cols).distinct().where(Run.model_size_class == ctx["size_class"], Run.nodes == ctx["nodes"],
@@ -359,7 +411,7 @@ def _recorded_on_target(session: Session, ctx: dict[str, Any]) -> set[tuple]:
     return {tuple(_value(dict(zip(CONFIG_FIELDS, r)), f) for f in CONFIG_FIELDS) for r in session.execute(q)}
 
 
-def _candidate(cfg: dict[str, Any], ctx: dict[str, Any], pred: dict[str, Any], mem: Any,
+def candidate(cfg: dict[str, Any], ctx: dict[str, Any], pred: dict[str, Any], mem: Any,
                exact: dict[str, Any] | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
     evidence = _evidence(cfg, ctx, rows)
     fit_gpu = pred["fit"][0]

@@ -55,8 +55,8 @@ from service.tables import Run
 PARAMS = ("e_max", "k_mb", "k_h", "a_tp", "alpha_tp", "a_dp", "a_zero", "a_bubble", "c_launch")
 #: the documented prior: the fit on the Ultra-Scale Playbook sweep (bench_calibration.csv, H100
 #: nanotron, runs after the pipeline fix), rounded; used when a group has too few configurations
-PRIOR = {"e_max": 0.69, "k_mb": 1.0, "k_h": 136.0, "a_tp": 0.6, "alpha_tp": 5.4e-4, "a_dp": 1.1, "a_zero": 0.5, "a_bubble": 3.1,
-         "c_launch": 4e-3}
+PRIOR = {"e_max": 0.58, "k_mb": 1.0, "k_h": 130.0, "a_tp": 0.74, "alpha_tp": 1.3e-4, "a_dp": 1.1, "a_zero": 0.01,
+         "a_bubble": 2.3, "c_launch": 2.6e-3}
 _LOWER = {"e_max": 0.05, "k_mb": 0.0, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "a_dp": 0.0, "a_zero": 0.0, "a_bubble": 0.3,
           "c_launch": 0.0}
 _UPPER = {"e_max": 1.0, "k_mb": 2e4, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "a_dp": 3.0, "a_zero": 3.0, "a_bubble": 4.0,
@@ -98,7 +98,8 @@ class Fit:
     status: "fitted" | "prior"; reason: why the prior (or a transfer) was used; group: the
     (gpu_type, framework) fitted on; n_configurations / n_runs: what the fit saw; run_ids: one run
     per fitted configuration (its first); loo_median_rel_err: median |pred/real − 1| held out;
-    loo_log_q80: 80th percentile of |log(pred/real)| held out (the interval's half-width)."""
+    loo_log_q80: 80th percentile of |log(pred/real)| held out (the interval's half-width);
+    loo_log_sigma: 1.4826 × median |log(pred/real)| held out (a robust σ, for /suggest)."""
 
     params: dict[str, float]
     status: str
@@ -108,6 +109,7 @@ class Fit:
     run_ids: list[int] = field(default_factory=list)
     loo_median_rel_err: float | None = None
     loo_log_q80: float = PRIOR_SPREAD
+    loo_log_sigma: float = PRIOR_SPREAD / 1.2816
     reason: str | None = None
 
     def describe(self) -> dict[str, Any]:
@@ -161,7 +163,8 @@ def fit(rows: list[dict[str, Any]], group: dict[str, Any]) -> Fit:
     loo = res.fun / np.clip(1.0 - hat, 0.05, None)
     return Fit(_dict(res.x), "fitted", group, len(usable), n_runs, ids,
                loo_median_rel_err=float(np.median(np.abs(np.expm1(loo)))),
-               loo_log_q80=float(np.quantile(np.abs(loo), 0.8)))
+               loo_log_q80=float(np.quantile(np.abs(loo), 0.8)),
+               loo_log_sigma=float(1.4826 * np.median(np.abs(loo))))
 
 
 def _json_float(key: str) -> sa.ColumnElement:
@@ -221,6 +224,7 @@ class Model:
                                     f"{other} runs and carried to {gpu_type} through the catalog's peak "
                                     "FLOP/s and link bandwidths")
                     moved.loo_log_q80 *= 1.5
+                    moved.loo_log_sigma *= 1.5
                     result = moved
         self._fits[key] = result
         return result

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from service import __version__
-from service.api import analytics, errors, memory, planning, retire, runs, sql, tokens
+from service.api import analytics, errors, memory, planning, retire, runs, sql, suggest, tokens
 from service.api.limits import BodySizeLimit
 from service.db import Database
 from service.schemas import ErrorBody, RunIn, RunOut, StoredRuns
@@ -54,6 +54,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     app.include_router(retire.router, prefix=API_PREFIX)
     app.include_router(runs.router, prefix=API_PREFIX)
     app.include_router(analytics.router, prefix=API_PREFIX)
+    app.include_router(suggest.router, prefix=API_PREFIX)
     app.include_router(memory.router, prefix=API_PREFIX)
     app.include_router(planning.router, prefix=API_PREFIX)
     app.include_router(sql.router, prefix=API_PREFIX)
