@@ -200,6 +200,9 @@ def test_what_worked_page_answers_with_evidence(live_api, data_dir):
     page = texts(at)
     assert "**Target:** 1.3B on 4 node(s) × 8 GPUs (32) of H100-SXM-80GB, seq 4096" in page
     assert "**Evidence:**" in page and "**Interval:**" in page
+    nxt = frame_with(at, "config", "expected_improvement", "why")  # "Plan the next runs" (GET /suggest)
+    assert len(nxt) > 0 and (nxt["expected_improvement"] >= 0).all()
+    assert not set(nxt["config"]) & set(measured)  # never a configuration already recorded here
 
 
 @DUCKDB

@@ -4,6 +4,7 @@ answers are computed straight from the CSV with the csv module, not from our cod
 from __future__ import annotations
 
 import csv
+import json
 from collections import defaultdict
 
 import pytest
@@ -221,3 +222,60 @@ def test_parse_model_params(text, expected):
     from service.analytics.recommend import parse_model_params
 
     assert parse_model_params(text) == int(expected)
+
+
+def _world_and_batch_ok(cfg: dict, world: int, gbt: int, seq: int) -> bool:
+    return (cfg["dp"] * cfg["tp"] * cfg["pp"] * cfg["cp"] == world
+            and cfg["dp"] * cfg["micro_batch_size"] * cfg["grad_accum_steps"] * seq == gbt)
+
+
+def test_suggest_is_valid_new_and_moves_after_a_result(nanotron_client, data_dir):
+    params = {"model_params": "1.34B", "nodes": 4, "gpu_type": "H100", "seq_len": 4096,
+              "global_batch_tokens": 1_048_576, "n": 5}
+    body = nanotron_client.get("/api/v1/suggest", params=params).json()
+    assert body["best_recorded"]["tokens_per_sec_per_gpu"] == pytest.approx(max(
+        float(r["tok/s/gpu"]) for r in sample_rows(data_dir) if r["status"] == "Success" and float(r["nodes"]) == 4))
+    recorded = {(int(r["dp"]), int(r["tp"]), int(r["pp"]), int(r["zero_stage"]), int(r["mbs"]),
+                 int(float(r["batch_accum"]))) for r in sample_rows(data_dir) if float(r["nodes"]) == 4}
+    sugg = body["suggestions"]
+    assert len(sugg) == 5
+    for s in sugg:
+        c = s["config"]
+        assert _world_and_batch_ok(c, 32, 1_048_576, 4096)
+        assert (c["dp"], c["tp"], c["pp"], c["zero_stage"], c["micro_batch_size"], c["grad_accum_steps"]) not in recorded
+        assert s["predicted"]["peak_memory_gib"] < 80 and s["expected_improvement"] >= 0 and s["why"]
+    eis = [s["expected_improvement"] for s in sugg]
+    assert eis == sorted(eis, reverse=True)
+    # record the first suggestion (as an OOM): it is never suggested again, and the list moves on
+    first = sugg[0]["config"]
+    run = {"run_key": "suggest-test-1", "source": "api", "model_params": 1_340_000_000, "nodes": 4, "gpus_per_node": 8,
+           "gpu_type": "H100", "seq_len": 4096, "framework": "nanotron", "precision": "bf16", "status": "oom", **first}
+    assert nanotron_client.post("/api/v1/runs", json=run).status_code == 201
+    after = nanotron_client.get("/api/v1/suggest", params=params).json()["suggestions"]
+    assert first not in [s["config"] for s in after]
+    assert [s["config"] for s in after] != [s["config"] for s in sugg]
+
+
+def test_suggest_cli_matches_the_api(live_api, data_dir):
+    import csv as csvmod
+    import io
+
+    from typer.testing import CliRunner
+
+    from conftest import post_records
+    from ingest.parsers import nanotron
+    from service.cli import app
+    import httpx
+
+    with httpx.Client(base_url=live_api, timeout=120) as http:
+        post_records(http, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+        api_body = http.get("/api/v1/suggest", params={"model_params": "1.34B", "nodes": 8, "n": 3}).json()
+    runner = CliRunner()
+    out = runner.invoke(app, ["suggest", "--model", "1.34B", "--nodes", "8", "-n", "3", "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.stdout)["suggestions"] == api_body["suggestions"]
+    out = runner.invoke(app, ["suggest", "--model", "1.34B", "--nodes", "8", "-n", "3", "--format", "csv"])
+    rows = list(csvmod.DictReader(io.StringIO(out.stdout)))
+    assert [int(r["dp"]) for r in rows] == [s["config"]["dp"] for s in api_body["suggestions"]]
+    assert [int(r["micro_batch_size"]) for r in rows] == [s["config"]["micro_batch_size"]
+                                                          for s in api_body["suggestions"]]

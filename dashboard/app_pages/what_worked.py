@@ -16,5 +16,6 @@ options = ui.load_options()
 query = recommend.form("ww", options, {"model": "8B", "nodes": 8, "gpus_per_node": 8})
 if query:
     recommend.answer(query)
+    recommend.next_runs(query)
 else:
     st.info("Describe the run you are planning and press **What worked?**")

@@ -119,3 +119,24 @@ def card(i: int, c: dict[str, Any], target: dict[str, Any] | None = None) -> Non
         st.markdown(f"**Interval:** {rec.interval_text(c)} tok/s/GPU"
                     + f"  \n**Evidence:** {rec.evidence_text(c, target)}"
                     + (f"  \n**Why:** {c['why']}" if c.get("why") else ""))
+
+
+def next_runs(query: dict[str, Any]) -> None:
+    """"Plan the next runs": GET /api/v1/suggest for the same target — the configurations worth
+    benchmarking next, by expected improvement over the best recorded run (same as
+    `scalebook suggest`)."""
+    st.subheader("Plan the next runs")
+    params = {k: v for k, v in query.items() if k not in ("k", "metric")}
+    params["n"] = query.get("k") or 5
+    with ui.api_errors(stop=False):
+        with st.spinner("Choosing the next experiments…"):
+            body = data.get("/suggest", **params)
+        best = body.get("best_recorded")
+        st.caption("Best recorded on this target: "
+                   + (f"{best['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU (run #{best['id']})" if best else "none yet")
+                   + ". Never a configuration already recorded here, never one predicted or recorded to OOM.")
+        st.dataframe(rec.suggestion_rows(body.get("suggestions") or []), hide_index=True, key=None, column_config={
+            "predicted_tokens_per_sec_per_gpu": st.column_config.NumberColumn("predicted tok/s/GPU", format="localized"),
+            "expected_improvement": st.column_config.NumberColumn("expected improvement", format="percent"),
+            "predicted_peak_memory_gib": st.column_config.NumberColumn("predicted GiB", format="%.1f"),
+        })

@@ -106,3 +106,17 @@ def recommend_params(model: str, nodes: int, gpus_per_node: int, gpu_type: str |
             "seq_len": int(seq_len) if seq_len else None,
             "global_batch_tokens": int(global_batch_tokens) if global_batch_tokens else None,
             "k": int(k), "metric": metric}
+
+
+def suggestion_rows(suggestions: Sequence[Candidate]) -> pd.DataFrame:
+    """One row per suggested next run (GET /suggest), best first: config, predicted tokens/s per
+    GPU and its interval, expected improvement, predicted peak memory, why."""
+    rows = []
+    for i, s in enumerate(suggestions, 1):
+        p = s.get("predicted") or {}
+        rows.append({"#": i, "config": config_label(s.get("config") or {}),
+                     "predicted_tokens_per_sec_per_gpu": p.get("tokens_per_sec_per_gpu"), "interval": interval_text(s),
+                     "expected_improvement": s.get("expected_improvement"),
+                     "predicted_peak_memory_gib": p.get("peak_memory_gib"), "why": s.get("why")})
+    return pd.DataFrame(rows, columns=["#", "config", "predicted_tokens_per_sec_per_gpu", "interval",
+                                       "expected_improvement", "predicted_peak_memory_gib", "why"])
