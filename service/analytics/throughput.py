@@ -179,7 +179,7 @@ def load_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -
     cols = [getattr(Run, c) for c in CONFIG_COLS]
     where = [Run.status == "success", Run.retired_at.is_(None), Run.precision.is_not(None),
              Run.tokens_per_sec_per_gpu > 0, Run.seq_len.is_not(None), Run.micro_batch_size.is_not(None),
-             Run.grad_accum_steps.is_not(None)]
+             Run.grad_accum_steps.is_not(None), Run.model_size_class.is_not(None)]
     if exclude is not None:
         where.append(sa.not_(exclude))
     query = (sa.select(*cols, sa.func.count().label("n_runs"),
