@@ -25,7 +25,6 @@ import math
 import re
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from service import hardware
@@ -33,7 +32,6 @@ from service.analytics import scaling as sc
 from service.analytics.recommend import parse_model_params
 from service.derive import model_size_class
 from service.errors import BadRequest, NotFound
-from service.tables import Run
 
 SECONDS_PER_DAY = 86_400.0
 _TOKENS = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtTpP]?)\s*$")

@@ -27,7 +27,6 @@ parameters. Sources, cited again at each formula:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,7 +184,3 @@ def as_arrays(rows: list[Terms]) -> dict[str, Any]:
 
     fields = [f for f in Terms.__dataclass_fields__ if f != "dp_bw_source"]
     return {f: np.array([getattr(t, f) for t in rows], dtype=float) for f in fields}
-
-
-def finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
