@@ -12,9 +12,7 @@ Per request, from the `runs` table only (the database is the only state):
    GAS = global batch / (DP·MBS·seq), which must be a whole number ≥ 1 — the micro-batch is
    lowered when GAS would fall below 1; a layout that cannot hit the batch is left out (counted in
    `notes`).
-4. Ranked first the layouts (TP, PP, CP, ZeRO, MBS, recompute) that ran at the target's model
-   size class (or the nearest recorded one) — "what worked" — then the others; within each, by
-   the lower end of the predicted tokens/s/GPU's interval for the target
+4. Ranked by the lower end of the predicted tokens/s/GPU's interval for the target
    (service/analytics/throughput.py; the interval widens with the distance to the nearest
    recorded run of the same layout, so a layout nobody ran near the target does not win on an
    extrapolation alone), then
@@ -328,7 +326,7 @@ def scored(prep: Prepared, skip: set[tuple] | None = None) -> list[Scored]:
         d = distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"], ctx["gpu_type"])
         by_layout[key] = min(d, by_layout.get(key, d))
     # layouts that ran at the target's size class (or the nearest recorded one) at the nearest
-    # node counts: "what worked"; a layout nobody ran there ranks after them in recommend
+    # node counts: "what worked" (/suggest says when it proposes another: exploration)
     sizes = {r["model_size_class"] for r in rows if r["model_size_class"]}
     near_size = min(sizes, key=lambda z: (abs(math.log(z / ctx["size_class"])), z)) if sizes else None
     same = [r for r in rows if r["model_size_class"] == near_size and r["gpu_type"] == ctx["gpu_type"]] or \
@@ -386,8 +384,7 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
     prep = prepare(session, target)
     items = scored(prep)
     key = "mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"
-    items.sort(key=lambda e: (not e.worked, -e.predicted[key] * e.predicted["interval"][0]
-                              / e.predicted["tokens_per_sec_per_gpu"],
+    items.sort(key=lambda e: (-e.predicted[key] * e.predicted["interval"][0] / e.predicted["tokens_per_sec_per_gpu"],
                               tuple(str(e.config[f]) for f in CONFIG_FIELDS)))
     counts = {"layouts": len(items), "memory_rejected": 0, "oom_rejected": 0}
     out: list[dict[str, Any]] = []
