@@ -18,7 +18,8 @@ What is compared, and why:
   applied to 2- and 4-node rows, and vice versa.
 - Sanity: predictions for larger public configurations (Llama-3 8B/70B, SmolLM3, torchtitan).
 
-Usage: .venv/bin/python bench/memory_accuracy.py [--json]
+Usage: .venv/bin/python bench/memory_accuracy.py [--json] [--calibration]
+(--calibration: leave-one-cell-out on bench_calibration.csv, whole-step peak vs Mem Res and fits)
 """
 
 from __future__ import annotations
@@ -376,10 +377,61 @@ def print_table(rep: dict) -> None:
               f"{measured} [{s['source']}]")
 
 
+def _cell(row: dict) -> tuple[str, int]:
+    return row["name"].split("_", 1)[0], row["nodes"]
+
+
+def leave_one_cell_out(rows: list[dict]) -> dict:
+    """Issue 16 item 6 on bench_calibration.csv's 12 (model size, nodes) cells: for each cell, the
+    one tuned constant (allocator fragmentation) is measured on the other cells only, then the
+    cell is scored: the whole-step peak as the allocator reserves it on rank 0 (the first pipeline
+    stage, where nanotron measures; without the CUDA context, which "Mem Res" does not count)
+    against "Mem Res (GB)" on Success rows, and fits vs status on Success + OOM rows."""
+    cells = sorted({_cell(r) for r in rows})
+    errors: list[float] = []
+    correct = labelled = 0
+    per_cell = []
+    for cell in cells:
+        frag = fit_fragmentation([r for r in rows if _cell(r) != cell])
+        constants = dataclasses.replace(DEFAULT_CONSTANTS, fragmentation=frag)
+        res = evaluate([r for r in rows if _cell(r) == cell], constants)
+        predicted = predict([r for r in rows if _cell(r) == cell and r["status"] == "Success" and r["mem_res"]],
+                            constants)
+        errs = [abs(_first_stage_peak(r["est"]) - constants.cuda_context_nccl_gib - r["mem_res"]) / r["mem_res"]
+                for r in predicted]
+        errors += errs
+        n_ok = res["confusion"]["success_predicted_fits"] + res["confusion"]["oom_predicted_oom"]
+        correct += n_ok
+        labelled += res["n_labelled"]
+        per_cell.append({"cell": f"{cell[0]} x {cell[1]}", "fragmentation": frag,
+                         "median_rel_err": statistics.median(errs) if errs else None,
+                         "fits_accuracy": res["fits_accuracy"], "n_labelled": res["n_labelled"]})
+    return {"median_rel_err": statistics.median(errors), "p90_rel_err": _quantile(errors, 0.9),
+            "fits_accuracy": correct / labelled, "n_success": len(errors), "n_labelled": labelled,
+            "cells": per_cell}
+
+
+def print_loco(rep: dict) -> None:
+    print("leave-one-cell-out on bench_calibration.csv (fragmentation measured on the other 11 cells)")
+    print("| cell | fragmentation | median err vs Mem Res | fits accuracy (n) |\n|---|---|---|---|")
+    for c in rep["cells"]:
+        print(f"| {c['cell']} | {c['fragmentation']:.3f} | {_pct(c['median_rel_err'])} "
+              f"| {_pct(c['fits_accuracy'])} ({c['n_labelled']}) |")
+    print(f"\nwhole-step peak (rank 0, reserved) vs Mem Res: median {_pct(rep['median_rel_err'])}, p90 "
+          f"{_pct(rep['p90_rel_err'])} over {rep['n_success']} Success rows (target <= 10.0%)")
+    print(f"fits vs status: {_pct(rep['fits_accuracy'])} of {rep['n_labelled']} Success + OOM rows (target >= 98.0%)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--calibration", action="store_true",
+                        help="leave-one-cell-out on nanotron/bench_calibration.csv (issue 16 item 6)")
     args = parser.parse_args(argv)
+    if args.calibration:
+        loco = leave_one_cell_out(load_rows(data_dir() / "nanotron" / "bench_calibration.csv"))
+        print(json.dumps(loco, indent=2, default=str)) if args.json else print_loco(loco)
+        return 0
     rep = report(load_rows())
     if args.json:
         print(json.dumps(rep, indent=2, default=str))

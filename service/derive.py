@@ -182,9 +182,12 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
     elif is_moe(row, extra):
         n_params, n_source = None, "moe"
 
-    peak = hardware.peak_tflops(row.get("gpu_type"), precision)
+    # the peak depends on the precision (H100: 989 bf16, 1,979 fp8): without one there is no MFU
+    peak = hardware.peak_tflops(row.get("gpu_type"), precision) if precision else None
     row["peak_tflops"] = peak
     row["mfu_derived"] = row["hfu_derived"] = row["mfu_method"] = None
+    if precision is None and hardware.lookup(row.get("gpu_type")) is not None:
+        row["mfu_method"] = "precision unknown: no MFU (the peak depends on the precision)"
     tps = row.get("tokens_per_sec_per_gpu")
     if peak:
         if n_params and tps is not None:
@@ -208,7 +211,7 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
             f"{field}={value} gives a derived MFU of {row['mfu_derived']:.3f} > 1 ({row['mfu_method']}, "
             f"N={n_params}, gpu_type={row.get('gpu_type')}, peak {peak} TFLOP/s at {precision or 'bf16'}): "
             "is the throughput per GPU, and are the hardware and model size right?")))
-    if row["mfu_method"] is None and n_source == "moe" and tps is not None:
+    if row["mfu_derived"] is None and n_source == "moe" and tps is not None:
         row["mfu_method"] = "moe: active params unknown (set extra.active_params)"
     # which stored values the server computed (derived) or filled without evidence (assumed)
     if derived:

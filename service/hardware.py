@@ -30,6 +30,20 @@ class Accelerator:
     vendor: str = "NVIDIA"
     patterns: tuple[str, ...] = field(default=())
 
+    @property
+    def nvlink_gb_s(self) -> float:
+        """Scale-up (intra-node) bandwidth per GPU and direction, GB/s (LINKS)."""
+        return LINKS[self.name][0]
+
+    @property
+    def network_gb_s(self) -> float:
+        """Scale-out (inter-node) bandwidth per GPU and direction, GB/s (LINKS)."""
+        return LINKS[self.name][1]
+
+    @property
+    def links_source(self) -> str:
+        return LINKS[self.name][2]
+
 
 CATALOG: tuple[Accelerator, ...] = (
     Accelerator(
@@ -114,6 +128,31 @@ CATALOG: tuple[Accelerator, ...] = (
         patterns=(r"tpu\s*-?\s*v5e", r"v5litepod"),
     ),
 )
+
+#: per accelerator: (intra-node GB/s per GPU per direction, inter-node GB/s per GPU per direction,
+#: source). Intra-node is half the vendor's bidirectional NVLink / Infinity Fabric / ICI figure;
+#: inter-node is the reference system's NIC per GPU (DGX/HGX: one NIC per GPU) in bytes.
+LINKS: dict[str, tuple[float, float, str]] = {
+    "GB300": (900.0, 100.0, "NVLink 5 1.8 TB/s bidirectional; ConnectX-8 800 Gb/s per GPU (GB300 NVL72 datasheet)"),
+    "GB200": (900.0, 50.0, "NVLink 5 1.8 TB/s bidirectional; ConnectX-7 400 Gb/s per GPU (GB200 NVL72 datasheet)"),
+    "B300": (900.0, 100.0, "NVLink 5 1.8 TB/s bidirectional; ConnectX-8 800 Gb/s per GPU (HGX B300 datasheet)"),
+    "B200": (900.0, 50.0, "NVLink 5 1.8 TB/s bidirectional; 8x ConnectX-7 400 Gb/s (DGX B200 datasheet)"),
+    "H200-SXM-141GB": (450.0, 50.0, "NVLink 4 900 GB/s bidirectional; 400 Gb/s NIC per GPU (H200 datasheet, HGX H200)"),
+    "H100-PCIe-80GB": (64.0, 25.0, "PCIe Gen5 x16 128 GB/s bidirectional (H100 PCIe datasheet); 200 Gb/s NIC assumed"),
+    "H100-NVL-94GB": (300.0, 50.0, "NVLink bridge 600 GB/s bidirectional between pairs (H100 NVL datasheet); 400 Gb/s NIC"),
+    "H100-SXM-96GB-HBM2e": (450.0, 50.0, "as H100 SXM: NVLink 4 900 GB/s bidirectional; 400 Gb/s NIC per GPU"),
+    "H100-SXM-80GB": (450.0, 50.0, "NVLink 4 900 GB/s bidirectional (H100 datasheet); 8x ConnectX-7 400 Gb/s "
+                      "per DGX H100 (DGX H100 user guide)"),
+    "A100-SXM-40GB": (300.0, 25.0, "NVLink 3 600 GB/s bidirectional (A100 datasheet); 8x ConnectX-6 200 Gb/s "
+                      "per DGX A100 (DGX A100 user guide)"),
+    "A100-SXM-80GB": (300.0, 25.0, "NVLink 3 600 GB/s bidirectional (A100 datasheet); 8x ConnectX-6 200 Gb/s "
+                      "per DGX A100 (DGX A100 user guide)"),
+    "L40S": (32.0, 25.0, "no NVLink: PCIe Gen4 x16 64 GB/s bidirectional (L40S datasheet); 200 Gb/s NIC assumed"),
+    "MI300X": (448.0, 50.0, "Infinity Fabric 7 links, 896 GB/s bidirectional (MI300X datasheet); 400 Gb/s NIC per GPU"),
+    "MI250X": (200.0, 25.0, "Infinity Fabric 400 GB/s bidirectional peer (MI250X datasheet); 200 Gb/s NIC"),
+    "TPU-v5p": (300.0, 25.0, "ICI 4,800 Gb/s per chip (Cloud TPU v5p documentation); DCN 200 Gb/s assumed"),
+    "TPU-v5e": (100.0, 25.0, "ICI 1,600 Gb/s per chip (Cloud TPU v5e documentation); DCN 200 Gb/s assumed"),
+}
 
 _BY_NAME = {a.name.lower(): a for a in CATALOG}
 

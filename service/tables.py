@@ -106,6 +106,10 @@ class Run(Base):
     peak_tflops: Mapped[float | None] = mapped_column(Double)
     fingerprint: Mapped[str | None] = mapped_column(String(64))
 
+    # retired runs (POST /api/v1/runs/retire): kept and queryable, left out of every analytic
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime)
+    retired_reason: Mapped[str | None] = mapped_column(Text)
+
     __table_args__ = (
         Index("ux_runs_run_key", "run_key", unique=True),
         Index("ix_runs_heatmap", "model_size_class", "nodes", "status"),

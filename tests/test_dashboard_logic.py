@@ -227,13 +227,13 @@ def test_detail_sections_and_ids(all_runs):
 def test_candidates_rows_on_a_real_answer(api, data_dir):
     body = api.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": 2, "gpu_type": "H100-SXM-80GB",
                                                   "seq_len": 4096}).json()
-    rows = rec.candidate_rows(body["candidates"])
-    best = csv_best(data_dir, 2)
-    assert rows.iloc[0]["match"] == "exact"
-    assert rows.iloc[0]["config"] == (f"DP{best['dp']} TP{best['tp']} PP{best['pp']} "
-                                      f"GAS{int(float(best['batch_accum']))} Z{best['zero_stage']} MBS{best['mbs']}")
-    assert rows.iloc[0]["tokens_per_sec_per_gpu"] == pytest.approx(float(best["tok/s/gpu"]))
-    assert rows["evidence"].iloc[0].startswith(f"{body['candidates'][0]['evidence']['n_runs']} run")
+    rows = rec.candidate_rows(body["candidates"], body["target"])
+    first = body["candidates"][0]
+    cfg = first["config"]
+    assert rows.iloc[0]["config"].startswith(f"DP{cfg['dp']} TP{cfg['tp']} PP{cfg['pp']}")
+    assert rows.iloc[0]["predicted_tokens_per_sec_per_gpu"] == pytest.approx(first["predicted"]["tokens_per_sec_per_gpu"])
+    assert rows["evidence"].iloc[0].startswith(f"#{first['evidence'][0]['run_id']} ")
+    assert "fitted on" in rec.model_text(body["model"])
     assert rec.target_text(body["target"]).startswith("1.3B on 2 node(s) × 8 GPUs (16) of H100-SXM-80GB, seq 4096")
 
 
@@ -243,9 +243,14 @@ def test_memory_and_evidence_texts():
     assert rec.memory_check({"memory": {"predicted_peak_memory_gib": 91.0, "gpu_memory_gib": 80.0, "fits": False}}) \
         == "✗ does not fit: 91.0 of 80 GiB predicted"
     assert rec.memory_check({}) == "memory not checked"
-    cand = {"metrics": {"value": 5570.1, "tokens_per_sec_per_gpu": 5570.1, "mfu": 0.135},
-            "evidence": {"n_runs": 6, "best_run_id": 818, "spread": {"min": 3708.5, "max": 5570.1}}}
-    assert rec.evidence_text(cand) == "6 runs, best #818, 3,708–5,570 tok/s/GPU"
+    cand = {"evidence": [{"run_id": 818, "model_size_class": 1.3, "nodes": 2, "gpu_type": "H100-SXM-80GB",
+                          "distance": 0.69},
+                         {"run_id": 9, "model_size_class": 3.6, "nodes": 4, "gpu_type": "A100-SXM-80GB",
+                          "distance": 1.9}],
+            "predicted": {"interval": [5900.4, 7100.2]}}
+    text = rec.evidence_text(cand, {"gpu_type": "H100-SXM-80GB"})
+    assert text.startswith("#818 1.3B × 2 nodes (d 0.69); #9 3.6B × 4 nodes on A100-SXM-80GB")
+    assert rec.interval_text(cand) == "5,900–7,100"
     assert rec.recommend_params("8B ", 8, 8, "any", 0, 0)["gpu_type"] is None
 
 
@@ -294,12 +299,12 @@ def test_planner_texts_on_a_real_answer(api):
     rows = dict(sc.plan_rows(plan).values.tolist())
     assert rows["GPUs"] == "379" and rows["MFU"] == "30.0%" and rows["training tokens"] == "11,000,000,000,000"
     assert "notes" not in rows and "formula" not in rows
-    # MFU from the nearest recorded run, with the Amdahl efficiency of the sample's 1–4 node fit
+    # MFU from the throughput model's prediction at the planned scale
     nearest = api.get("/api/v1/plan", params={"model_params": "1.34B", "tokens": "1T", "days": 7,
                                               "gpu_type": "H100-SXM-80GB"}).json()
-    assert "nearest run #" in sc.plan_headline(nearest)
+    assert "throughput model's prediction" in sc.plan_headline(nearest)
     rows = dict(sc.plan_rows(nearest).values.tolist())
-    assert rows["Amdahl efficiency at the planned nodes"].endswith("%") and rows["GPU type"] == "H100-SXM-80GB"
+    assert rows["GPU type"] == "H100-SXM-80GB"
     def cell(size, nodes, gpu, seq, runs=1):
         return {"model_size_class": size, "nodes": nodes, "n_success": runs, "best": {"gpu_type": gpu, "seq_len": seq}}
 

@@ -66,7 +66,7 @@ def test_mfu_derived_matches_the_sweeps_own_mfu(data_dir):
 
 def test_hfu_counts_the_recompute_forward():
     rec = RunIn(model_params=8_000_000_000, num_layers=32, hidden_size=4096, seq_len=4096, nodes=1, gpus_per_node=8,
-                gpu_type="H100", tokens_per_sec_per_gpu=3000.0, recompute="full").model_dump()
+                gpu_type="H100", precision="bf16", tokens_per_sec_per_gpu=3000.0, recompute="full").model_dump()
     row, errors = complete(rec)
     assert not errors
     assert row["hfu_derived"] / row["mfu_derived"] == pytest.approx(
@@ -77,12 +77,12 @@ def test_moe_uses_active_parameters():
     assert active_params("Qwen3-30B-A3B", {}) == 3_000_000_000
     assert active_params("LLAMA3_70B", {}) is None
     rec = RunIn(model_name="Qwen3_30B_a3B", model_params=30_000_000_000, nodes=1, gpus_per_node=8, ep=8,
-                gpu_type="H100", tokens_per_sec_per_gpu=10000.0).model_dump()
+                gpu_type="H100", precision="bf16", tokens_per_sec_per_gpu=10000.0).model_dump()
     row, errors = complete(rec)
     assert not errors and row["model_size_class"] == 30.0
     assert row["mfu_derived"] == pytest.approx(6 * 3e9 * 10000.0 / 989e12)
     unknown = RunIn(model_name="MysteryMoE", model_params=600_000_000_000, nodes=1, gpus_per_node=8, ep=8,
-                    gpu_type="H100", tokens_per_sec_per_gpu=900.0).model_dump()
+                    gpu_type="H100", precision="bf16", tokens_per_sec_per_gpu=900.0).model_dump()
     row, errors = complete(unknown)
     assert not errors and row["mfu_derived"] is None and "active params" in row["mfu_method"]
 
@@ -105,3 +105,16 @@ def test_unstated_degrees_are_named_as_assumed_and_computed_ones_as_derived():
     row, errors = complete(RunIn(nodes=2, gpus_per_node=8, dp=4, tp=2, pp=2, cp=1, ep=1).model_dump())
     assert not errors and row["world_size"] == 16 and row["extra"]["derived_fields"] == ["world_size"]
     assert "assumed_fields" not in row["extra"]
+    assert not math.isnan(model_size_class(10**12))
+
+
+def test_unknown_precision_gets_no_mfu_and_says_why():
+    """The peak depends on the precision (H100: 989 bf16, 1,979 fp8): no precision, no MFU."""
+    rec = RunIn(model_params=8_000_000_000, nodes=1, gpus_per_node=8, gpu_type="H100",
+                tokens_per_sec_per_gpu=3000.0).model_dump()
+    row, errors = complete(rec)
+    assert not errors and row["mfu_derived"] is None and row["peak_tflops"] is None
+    assert "precision unknown" in row["mfu_method"]
+    fp8, _ = complete({**rec, "precision": "fp8"})
+    bf16, _ = complete({**rec, "precision": "bf16"})
+    assert bf16["mfu_derived"] == pytest.approx(2 * fp8["mfu_derived"], rel=0.01)

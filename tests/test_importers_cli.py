@@ -132,7 +132,11 @@ def test_cli_recommend_and_heatmap_tables(live_api, data_dir, monkeypatch):
     label = f"DP{best['dp']} TP{best['tp']} PP{best['pp']}"
     out = runner.invoke(app, ["recommend", "--model", "1.34B", "--nodes", "2"], env={"COLUMNS": "200"})
     assert out.exit_code == 0, out.output
-    assert "exact" in out.stdout and label in out.stdout
+    assert "predicted" in out.stdout and "held-out error" in out.stdout
+    api = runner.invoke(app, ["recommend", "--model", "1.34B", "--nodes", "2", "--json"])
+    first = json.loads(api.stdout)["candidates"][0]
+    assert f"{first['predicted']['tokens_per_sec_per_gpu']:,.0f}" in out.stdout
+    assert f"#{first['evidence'][0]['run_id']}" in out.stdout
     grid = runner.invoke(app, ["heatmap"], env={"COLUMNS": "200"})
     assert grid.exit_code == 0 and label in grid.stdout and "1.3B" in grid.stdout
 

@@ -75,45 +75,68 @@ def answer(query: dict[str, Any]) -> None:
 
 
 def render(body: dict[str, Any]) -> None:
-    """The candidates: a summary table, then one bordered card per candidate."""
-    st.markdown(f"**Target:** {rec.target_text(body.get('target') or {})}")
+    """The candidates: the model used, a summary table, then one bordered card per candidate."""
+    target = body.get("target") or {}
+    st.markdown(f"**Target:** {rec.target_text(target)}")
+    st.caption(f"Throughput model: {rec.model_text(body.get('model') or {})}")
+    for note in body.get("notes") or []:
+        st.caption(f"note: {note}")
     candidates = body.get("candidates") or []
     if not candidates:
-        st.info("No recorded configuration can be adapted to this target: record runs of a nearby model "
-                "size or node count, or relax the GPU type / sequence length.")
+        st.info("No configuration is predicted to fit this target: record runs of a nearby model size or node "
+                "count, or relax the GPU type / sequence length.")
         return
-    st.dataframe(rec.candidate_rows(candidates), hide_index=True, key=None, column_config={
-        "mfu": st.column_config.NumberColumn("MFU", format="percent"),
-        "tokens_per_sec_per_gpu": st.column_config.NumberColumn("tok/s/GPU", format="localized"),
-        "peak_memory_gib": st.column_config.NumberColumn("peak GiB", format="%.1f"),
-        "distance": st.column_config.NumberColumn("distance", format="%.2f"),
+    st.dataframe(rec.candidate_rows(candidates, target), hide_index=True, key=None, column_config={
+        "predicted_mfu": st.column_config.NumberColumn("predicted MFU", format="percent"),
+        "predicted_tokens_per_sec_per_gpu": st.column_config.NumberColumn("predicted tok/s/GPU", format="localized"),
+        "measured_tokens_per_sec_per_gpu": st.column_config.NumberColumn("measured here", format="localized"),
+        "predicted_peak_memory_gib": st.column_config.NumberColumn("predicted GiB", format="%.1f"),
     })
     for i, c in enumerate(candidates, 1):
-        card(i, c)
+        card(i, c, target)
 
 
-def card(i: int, c: dict[str, Any]) -> None:
-    """One candidate: config, metrics, memory check, evidence, why and risk."""
-    m = c.get("metrics") or {}
+def card(i: int, c: dict[str, Any], target: dict[str, Any] | None = None) -> None:
+    """One candidate: config, the prediction for the target (headline), measured beside it when it
+    ran on this target, memory check, evidence and why."""
+    p = c.get("predicted") or {}
     with st.container(border=True):
-        badge = ":green-badge[exact]" if c.get("match") == "exact" else ":orange-badge[adapted]"
-        st.markdown(f"**#{i} · {badge}** · `{config_label(c.get('config') or {})}` · distance "
-                    f"{c.get('distance', 0):.2f}")
+        badge = ":green-badge[ran here]" if c.get("measured") else ":blue-badge[predicted]"
+        st.markdown(f"**#{i} · {badge}** · `{config_label(c.get('config') or {})}`")
         cols = st.columns(4)
-        tps = m.get("tokens_per_sec_per_gpu")
-        cols[0].metric("tokens/s per GPU", f"{tps:,.0f}" if tps is not None else "?")
-        cols[1].metric("MFU", pct(m.get("mfu")))
-        peak = m.get("peak_memory_gib")
-        cols[2].metric("recorded peak memory", f"{peak:.1f} GiB" if peak is not None else "?")
-        check = rec.memory_check(c)
+        tps = p.get("tokens_per_sec_per_gpu")
+        cols[0].metric("predicted tokens/s per GPU", f"{tps:,.0f}" if tps is not None else "?",
+                       help=f"interval {rec.interval_text(c)}")
+        cols[1].metric("predicted MFU", pct(p.get("mfu")))
+        measured = (c.get("measured") or {}).get("tokens_per_sec_per_gpu")
+        cols[2].metric("measured on this target", f"{measured:,.0f}" if measured is not None else "not run")
         mem = c.get("memory") or {}
         predicted, capacity = mem.get("predicted_peak_memory_gib"), mem.get("gpu_memory_gib")
         verdict = {True: "✓ fits", False: "✗ does not fit"}.get(mem.get("fits"), "not checked")
         cols[3].metric(f"memory model: {verdict}",
-                       f"{predicted:.0f} / {capacity:g} GiB" if predicted is not None and capacity else "?", help=check)
-        st.markdown(f"**Evidence:** {rec.evidence_text(c)}"
-                    + (f" — recorded on {rec.source_text(c)}" if rec.source_text(c) else "")
-                    + f"  \n**Memory:** {check}"
-                    + (f"  \n**Adapted:** {', '.join(c['adapted_fields'])}" if c.get("adapted_fields") else "")
-                    + (f"  \n**Why:** {c['why']}" if c.get("why") else "")
-                    + (f"  \n**Risk:** {c['risk']}" if c.get("risk") else ""))
+                       f"{predicted:.0f} / {capacity:g} GiB" if predicted is not None and capacity else "?",
+                       help=rec.memory_check(c))
+        st.markdown(f"**Interval:** {rec.interval_text(c)} tok/s/GPU"
+                    + f"  \n**Evidence:** {rec.evidence_text(c, target)}"
+                    + (f"  \n**Why:** {c['why']}" if c.get("why") else ""))
+
+
+def next_runs(query: dict[str, Any]) -> None:
+    """"Plan the next runs": GET /api/v1/suggest for the same target — the configurations worth
+    benchmarking next, by expected improvement over the best recorded run (same as
+    `scalebook suggest`)."""
+    st.subheader("Plan the next runs")
+    params = {k: v for k, v in query.items() if k not in ("k", "metric")}
+    params["n"] = query.get("k") or 5
+    with ui.api_errors(stop=False):
+        with st.spinner("Choosing the next experiments…"):
+            body = data.get("/suggest", **params)
+        best = body.get("best_recorded")
+        st.caption("Best recorded on this target: "
+                   + (f"{best['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU (run #{best['id']})" if best else "none yet")
+                   + ". Never a configuration already recorded here, never one predicted or recorded to OOM.")
+        st.dataframe(rec.suggestion_rows(body.get("suggestions") or []), hide_index=True, key=None, column_config={
+            "predicted_tokens_per_sec_per_gpu": st.column_config.NumberColumn("predicted tok/s/GPU", format="localized"),
+            "expected_improvement": st.column_config.NumberColumn("expected improvement", format="percent"),
+            "predicted_peak_memory_gib": st.column_config.NumberColumn("predicted GiB", format="%.1f"),
+        })

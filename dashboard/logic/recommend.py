@@ -1,10 +1,12 @@
-""""What worked?" (GET /api/v1/recommend): candidates as table rows and readable checks.
+""""What worked?" (GET /api/v1/recommend) and "Plan the next runs" (GET /api/v1/suggest):
+candidates as table rows and readable texts.
 
-A candidate is ``{"match": "exact" | "adapted", "config": {dp, tp, pp, cp, ep, zero_stage,
-micro_batch_size, grad_accum_steps, recompute}, "metrics": {tokens_per_sec_per_gpu, mfu,
-peak_memory_gib, value}, "evidence": {n_runs, source_run_ids, best_run_id, spread}, "distance",
-"memory": {predicted_peak_memory_gib, gpu_memory_gib, fits}, "why", "risk", "adapted_fields",
-"source": {...}}``.
+A candidate is ``{"config": {dp, tp, pp, cp, ep, zero_stage, micro_batch_size, grad_accum_steps,
+recompute}, "origin", "predicted": {tokens_per_sec_per_gpu, mfu, peak_memory_gib, interval, ...},
+"measured": {tokens_per_sec_per_gpu, n_runs, run_id} | None, "evidence": [{run_id,
+model_size_class, gpu_type, framework, nodes, distance, measured_tokens_per_sec_per_gpu}],
+"memory": {predicted_peak_memory_gib, gpu_memory_gib, fits}, "why"}``. The headline figure is
+always the prediction for the target; a neighbour's measurement is evidence only.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from dashboard.logic.fmt import config_label, nodes_label, pct, size_label
+from dashboard.logic.fmt import config_label, nodes_label, size_label
 
 Candidate = Mapping[str, Any]
 
@@ -33,51 +35,52 @@ def memory_check(candidate: Candidate) -> str:
     return "memory not checked" + amount
 
 
-def evidence_text(candidate: Candidate) -> str:
-    """"6 runs, best #818, 3,708–5,570 tok/s/GPU" (what the candidate rests on)."""
-    ev = candidate.get("evidence") or {}
-    n = ev.get("n_runs") or 0
-    text = f"{n} run{'s' if n != 1 else ''}"
-    if ev.get("best_run_id") is not None:
-        text += f", best #{ev['best_run_id']}"
-    spread = ev.get("spread") or {}
-    if spread.get("min") is not None and spread.get("max") is not None and n > 1:
-        lo, hi = spread["min"], spread["max"]
-        m = candidate.get("metrics") or {}
-        is_mfu = m.get("value") is not None and m.get("value") == m.get("mfu")
-        text += f", MFU {pct(lo)}–{pct(hi)}" if is_mfu else f", {lo:,.0f}–{hi:,.0f} tok/s/GPU"
-    return text
+def evidence_text(candidate: Candidate, target: Mapping[str, Any] | None = None) -> str:
+    """"#818 1.3B × 2 nodes (d 0.69); #820 3.6B × 2 nodes on A100-SXM-80GB (d 1.6)": the recorded
+    runs the prediction rests on, naming their model and hardware where they differ from the target."""
+    target = target or {}
+    parts = []
+    for e in candidate.get("evidence") or []:
+        where = f"#{e.get('run_id')} {size_label(e.get('model_size_class'))} × {nodes_label(e.get('nodes') or 0)}"
+        if e.get("gpu_type") and e.get("gpu_type") != target.get("gpu_type"):
+            where += f" on {e['gpu_type']}"
+        parts.append(f"{where} (d {e.get('distance', 0):.2f})")
+    return "; ".join(parts) or "no recorded run of this layout"
 
 
-def source_text(candidate: Candidate) -> str:
-    """Where the evidence was recorded: "8B × 8 nodes of H100-SXM-96GB-HBM2e, seq 4096"."""
-    src = candidate.get("source") or {}
-    if not src:
-        return ""
-    parts = [f"{size_label(src.get('model_size_class'))} × {nodes_label(src['nodes'])}" if src.get("nodes")
-             else size_label(src.get("model_size_class"))]
-    if src.get("gpu_type"):
-        parts[0] += f" of {src['gpu_type']}"
-    if src.get("seq_len"):
-        parts.append(f"seq {src['seq_len']}")
-    return ", ".join(parts)
+def interval_text(candidate: Candidate) -> str:
+    """"5,900–7,100" tokens/s/GPU: the prediction's interval."""
+    lo, hi = (candidate.get("predicted") or {}).get("interval") or (None, None)
+    return f"{lo:,.0f}–{hi:,.0f}" if lo is not None and hi is not None else "?"
 
 
-def candidate_rows(candidates: Sequence[Candidate]) -> pd.DataFrame:
-    """One row per candidate, best first: match, config label, tokens/s per GPU, MFU, recorded
-    peak memory, the memory check, evidence and distance."""
+def candidate_rows(candidates: Sequence[Candidate], target: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """One row per candidate, best first: config, predicted tokens/s per GPU and its interval,
+    predicted MFU and peak memory, the measured figure when it ran on this target, evidence."""
     rows = []
     for i, c in enumerate(candidates, 1):
-        m = c.get("metrics") or {}
+        p = c.get("predicted") or {}
+        measured = (c.get("measured") or {}).get("tokens_per_sec_per_gpu")
         rows.append({
-            "#": i, "match": c.get("match"), "config": config_label(c.get("config") or {}),
-            "tokens_per_sec_per_gpu": m.get("tokens_per_sec_per_gpu"), "mfu": m.get("mfu"),
-            "peak_memory_gib": m.get("peak_memory_gib"), "memory_check": memory_check(c),
-            "evidence": evidence_text(c), "recorded_on": source_text(c), "distance": c.get("distance"),
-            "adapted": ", ".join(c.get("adapted_fields") or []),
+            "#": i, "config": config_label(c.get("config") or {}),
+            "predicted_tokens_per_sec_per_gpu": p.get("tokens_per_sec_per_gpu"), "interval": interval_text(c),
+            "predicted_mfu": p.get("mfu"), "predicted_peak_memory_gib": p.get("peak_memory_gib"),
+            "measured_tokens_per_sec_per_gpu": measured, "evidence": evidence_text(c, target),
         })
-    return pd.DataFrame(rows, columns=["#", "match", "config", "tokens_per_sec_per_gpu", "mfu", "peak_memory_gib",
-                                       "memory_check", "evidence", "recorded_on", "distance", "adapted"])
+    return pd.DataFrame(rows, columns=["#", "config", "predicted_tokens_per_sec_per_gpu", "interval", "predicted_mfu",
+                                       "predicted_peak_memory_gib", "measured_tokens_per_sec_per_gpu", "evidence"])
+
+
+def model_text(model: Mapping[str, Any]) -> str:
+    """"fitted on 587 runs of nanotron on H100-SXM-80GB, held-out error 18 %" (or why a prior)."""
+    err = model.get("loo_median_rel_err")
+    text = (f"{model.get('status')} on {model.get('n_runs')} runs of {model.get('framework')} on "
+            f"{model.get('gpu_type')}")
+    if err is not None:
+        text += f", held-out error {100 * err:.0f} %"
+    if model.get("reason"):
+        text += f" — {model['reason']}"
+    return text
 
 
 def target_text(target: Mapping[str, Any]) -> str:
@@ -104,3 +107,17 @@ def recommend_params(model: str, nodes: int, gpus_per_node: int, gpu_type: str |
             "seq_len": int(seq_len) if seq_len else None,
             "global_batch_tokens": int(global_batch_tokens) if global_batch_tokens else None,
             "k": int(k), "metric": metric}
+
+
+def suggestion_rows(suggestions: Sequence[Candidate]) -> pd.DataFrame:
+    """One row per suggested next run (GET /suggest), best first: config, predicted tokens/s per
+    GPU and its interval, expected improvement, predicted peak memory, why."""
+    rows = []
+    for i, s in enumerate(suggestions, 1):
+        p = s.get("predicted") or {}
+        rows.append({"#": i, "config": config_label(s.get("config") or {}),
+                     "predicted_tokens_per_sec_per_gpu": p.get("tokens_per_sec_per_gpu"), "interval": interval_text(s),
+                     "expected_improvement": s.get("expected_improvement"),
+                     "predicted_peak_memory_gib": p.get("peak_memory_gib"), "why": s.get("why")})
+    return pd.DataFrame(rows, columns=["#", "config", "predicted_tokens_per_sec_per_gpu", "interval",
+                                       "expected_improvement", "predicted_peak_memory_gib", "why"])

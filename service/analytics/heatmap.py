@@ -67,7 +67,8 @@ class HeatmapFilters:
     started_before: datetime | None = None
 
     def conditions(self) -> list[sa.ColumnElement]:
-        conds: list[sa.ColumnElement] = [Run.model_size_class.is_not(None), Run.nodes.is_not(None)]
+        conds: list[sa.ColumnElement] = [Run.model_size_class.is_not(None), Run.nodes.is_not(None),
+                                          Run.retired_at.is_(None)]  # retired runs leave every analytic
         if self.gpu_type:
             conds.append(Run.gpu_type == (hardware.canonical_gpu_type(self.gpu_type) or self.gpu_type))
         if self.seq_len:

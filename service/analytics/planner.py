@@ -8,10 +8,9 @@ Ultra-Scale Playbook size clusters this way):
 With the SmolLM3 inputs (3B parameters, 11T tokens, 28 days, 720 TFLOP/s, 30 % MFU):
 6·3e9·11e12 / (720e12·0.30·28·86400) = 378.9 → 379 GPUs.
 
-- MFU: `mfu` when given; else taken from the nearest recorded successful run with an MFU
-  (coalesce(mfu_derived, mfu)): nearest by |ln(size class / target size class)| + a hardware penalty
-  (0 same gpu_type or none asked, 0.5 same vendor, 1 otherwise); within the nearest, the highest MFU
-  (a tuned configuration, as the heatmap's best cell), then the most nodes, then the lowest id.
+- MFU: `mfu` when given; else the throughput model's prediction for the best configuration at
+  the planned scale (model_mfu; service/analytics/throughput.py) — never a neighbour's measured
+  MFU, and never a run without a known precision (those are not fitted on).
 - Peak: `peak_tflops` when given; else the hardware catalog's dense peak for gpu_type
   (service/hardware.py, bf16 by default) — gpu_type defaults to the MFU run's when not given.
 - Efficiency at scale: the Amdahl fit of the MFU run's size class (service/analytics/scaling.py), when
@@ -26,7 +25,6 @@ import math
 import re
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from service import hardware
@@ -34,7 +32,6 @@ from service.analytics import scaling as sc
 from service.analytics.recommend import parse_model_params
 from service.derive import model_size_class
 from service.errors import BadRequest, NotFound
-from service.tables import Run
 
 SECONDS_PER_DAY = 86_400.0
 _TOKENS = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtTpP]?)\s*$")
@@ -58,42 +55,49 @@ def parse_tokens(value: str | int | float) -> int:
     return int(round(n))
 
 
-def _hw_penalty(target: hardware.Accelerator | None, gpu: str | None) -> float:
-    if target is None:
-        return 0.0
-    acc = hardware.lookup(gpu)
-    if acc is not None and acc.name == target.name:
-        return 0.0
-    if acc is not None and acc.vendor == target.vendor:
-        return 0.5
-    return 1.0
+def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_type: str | None,
+              gpus_per_node: int, precision: str) -> tuple[float, dict[str, Any], str]:
+    """The MFU to plan with: the throughput model's prediction for the best configuration at the
+    planned scale (service/analytics/recommend.py). The node count and the MFU depend on each
+    other, so this iterates from 8 nodes: MFU at n nodes → GPUs needed → n' nodes, until n' = n
+    (at most 4 rounds). Returns (mfu, {"nodes", "config", "gpu_type", "evidence_run_ids", "model"},
+    source text). Raises BadRequest when nothing can be predicted (no recorded runs to fit or
+    complete the target with)."""
+    from service.analytics import recommend as rec
 
-
-def nearest_mfu_run(session: Session, size_class: float, gpu_type: str | None) -> tuple[Run, float, float] | None:
-    """The recorded successful run whose MFU the planner uses: (run, its MFU, distance), or None.
-
-    Distance = |ln(run size class / size_class)| + hardware penalty (see module docstring)."""
-    mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
-    groups = session.execute(
-        sa.select(Run.model_size_class, Run.gpu_type, sa.func.max(mfu).label("best"))
-        .where(Run.status == "success", mfu.is_not(None), mfu > 0, Run.model_size_class > 0)
-        .group_by(Run.model_size_class, Run.gpu_type)).all()
-    if not groups:
-        return None
-    target = hardware.lookup(gpu_type) if gpu_type else None
-    scored = sorted(groups, key=lambda g: (abs(math.log(g.model_size_class / size_class))
-                                           + _hw_penalty(target, g.gpu_type), -g.best, str(g.gpu_type)))
-    g = scored[0]
-    cond_gpu = Run.gpu_type.is_(None) if g.gpu_type is None else Run.gpu_type == g.gpu_type
-    run = session.scalars(sa.select(Run).where(Run.status == "success", Run.model_size_class == g.model_size_class,
-                                               cond_gpu, mfu.is_not(None))
-                          .order_by(mfu.desc(), Run.nodes.desc(), Run.id).limit(1)).first()
-    if run is None:
-        return None
-    distance = abs(math.log(g.model_size_class / size_class)) + _hw_penalty(target, g.gpu_type)
-    run_mfu = run.mfu_derived if run.mfu_derived is not None else run.mfu
-    assert run_mfu is not None  # selected WHERE the MFU is not null
-    return run, float(run_mfu), distance
+    nodes, found = 8, None
+    for _ in range(4):
+        try:
+            answer = rec.recommend(session, rec.Target(model_params=n_params, nodes=nodes,
+                                                       gpus_per_node=gpus_per_node, gpu_type=gpu_type), k=1)
+        except BadRequest as exc:
+            raise BadRequest(f"no MFU to plan with: {exc.message}; pass mfu (e.g. 0.35)",
+                             [{"field": "mfu", "value": None, "message": "required: nothing to predict from"}]) from exc
+        if not answer["candidates"]:
+            break
+        found = (nodes, answer)
+        mfu = answer["candidates"][0]["predicted"]["mfu"]
+        peak = hardware.peak_tflops(answer["target"]["gpu_type"], precision) or 0.0
+        if not peak:
+            break
+        need = math.ceil(6.0 * n_params * n_tokens / (peak * 1e12 * mfu * days * SECONDS_PER_DAY) / gpus_per_node - 1e-9)
+        if max(1, need) == nodes:
+            break
+        nodes = max(1, need)
+    if found is None:
+        raise BadRequest("the throughput model cannot predict an MFU for this target (no recorded runs to fit "
+                         "it on, or no configuration fits): pass mfu (e.g. 0.35)",
+                         [{"field": "mfu", "value": None, "message": "required: nothing to predict from"}])
+    at, answer = found
+    top = answer["candidates"][0]
+    cfg = top["config"]
+    label = f"dp{cfg['dp']} tp{cfg['tp']} pp{cfg['pp']} zero{cfg['zero_stage']} mbs{cfg['micro_batch_size']}"
+    run = {"nodes": at, "gpu_type": answer["target"]["gpu_type"], "config": cfg,
+           "evidence_run_ids": [e["run_id"] for e in top["evidence"]], "model": answer["model"]}
+    source = (f"throughput model's prediction for {at} node{'s' if at != 1 else ''} × {gpus_per_node} "
+              f"{answer['target']['gpu_type']}, best config {label} ({answer['model']['status']} on "
+              f"{answer['model']['n_runs']} runs)")
+    return float(top["predicted"]["mfu"]), run, source
 
 
 def plan(session: Session, *, model_params: str | int, tokens: str | int | float, days: float,
@@ -124,7 +128,6 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         raise BadRequest("gpus_per_node must be >= 1", [{"field": "gpus_per_node", "value": gpus_per_node,
                                                          "message": "must be >= 1"}])
     size_class = model_size_class(n_params)
-    assert size_class is not None  # n_params > 0 (parse_model_params)
     notes: list[str] = []
     canonical_gpu = hardware.canonical_gpu_type(gpu_type) if gpu_type else None
     if gpu_type and canonical_gpu is None and peak_tflops is None:
@@ -136,19 +139,11 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
     if mfu is not None:
         mfu_source = "given"
     else:
-        found = nearest_mfu_run(session, size_class, canonical_gpu or gpu_type)
-        if found is None:
-            raise BadRequest("no recorded successful run has an MFU to plan with: pass mfu (e.g. 0.35)",
-                             [{"field": "mfu", "value": None, "message": "required: no recorded MFU"}])
-        run, mfu, distance = found
-        mfu_run = {"id": run.id, "model_size_class": run.model_size_class, "nodes": run.nodes,
-                   "gpu_type": run.gpu_type, "mfu": mfu, "distance": round(distance, 4)}
-        plural = "s" if run.nodes != 1 else ""
-        mfu_source = (f"nearest run #{run.id} ({run.model_size_class:g}B, {run.nodes} node{plural}"
-                      f", {run.gpu_type or '?'})")
-        if gpu_type is None and run.gpu_type:
-            canonical_gpu = hardware.canonical_gpu_type(run.gpu_type)
-            notes.append(f"gpu_type not given: using the MFU run's {run.gpu_type}")
+        mfu, mfu_run, mfu_source = model_mfu(session, n_params, n_tokens, days, canonical_gpu or gpu_type,
+                                             gpus_per_node, precision)
+        if gpu_type is None and mfu_run.get("gpu_type"):
+            canonical_gpu = hardware.canonical_gpu_type(mfu_run["gpu_type"])
+            notes.append(f"gpu_type not given: using {mfu_run['gpu_type']}, the records' nearest")
 
     if peak_tflops is not None:
         peak_source = "given"
@@ -159,7 +154,6 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
                              [{"field": "gpu_type", "value": gpu_type, "message": "needed for the peak"}])
         peak_tflops = hardware.peak_tflops(acc.name, precision)
         peak_source = f"catalog: {acc.name} {hardware.canonical_precision(precision) or 'bf16'} dense ({acc.source})"
-    assert peak_tflops is not None and mfu is not None  # the catalog entry has a bf16 peak; mfu given or found
 
     seconds = days * SECONDS_PER_DAY
     total_flops = 6.0 * n_params * n_tokens
@@ -176,8 +170,12 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         "formula": "GPUs = 6·N·tokens / (peak · MFU · time)",
         "efficiency": None, "notes": notes,
     }
-    result["efficiency"] = _efficiency(session, mfu_run, size_class, canonical_gpu, nodes, gpus_exact,
-                                       gpus_per_node, notes)
+    if mfu_run is None:
+        result["efficiency"] = _efficiency(session, None, size_class, canonical_gpu, nodes, gpus_exact,
+                                           gpus_per_node, notes)
+    else:
+        notes.append(f"the MFU is predicted at {mfu_run['nodes']} nodes: the model's communication terms "
+                     "already carry the loss of efficiency at that scale")
     return result
 
 
@@ -198,7 +196,6 @@ def _efficiency(session: Session, mfu_run: dict | None, size_class: float, gpu: 
     eff_target = sc.predicted_efficiency(fit, nodes)
     ref_nodes = (mfu_run or {}).get("nodes") or fit["base_nodes"]
     eff_ref = sc.predicted_efficiency(fit, ref_nodes)
-    assert curve is not None and eff_target is not None and eff_ref is not None  # a fit with a serial fraction
     measured_max = max(p["nodes"] for p in curve["points"])
     if nodes > 4 * measured_max:
         notes.append(f"{nodes} nodes is far beyond the measured {measured_max}: the efficiency is an Amdahl "

@@ -1,26 +1,37 @@
-""""What worked on N nodes for an xB model?" — nearest recorded configurations, adapted to a target.
+""""What worked on N nodes for an xB model?" — configurations ranked by the throughput model's
+prediction FOR THE TARGET (DESIGN §4, "Recommendation").
 
-DESIGN §4. Recorded successful runs are grouped by configuration (model size class, nodes, GPUs per
-node, gpu_type, seq_len and the parallel config). A group with the target's size class and node
-count (and gpu_type/seq_len when given) is an exact match and answers with its recorded numbers.
-Otherwise groups are ranked by a distance
+Per request, from the `runs` table only (the database is the only state):
+1. The recorded configurations (successful, not retired runs, aggregated per configuration:
+   service/analytics/throughput.load_configs) and the recorded OOMs are read.
+2. The target is completed from its nearest recorded configurations when it leaves things out
+   (model dims of the same size class, seq_len, global batch, GPU type), and says so in `notes`.
+3. Candidates: every layout the framework's records show it can run (TP, PP, CP, ZeRO stage,
+   recompute, micro-batch: the values recorded near the target plus powers of two) that divides
+   the world size and the model (heads by TP, layers by PP), adapted exactly: DP = world/(TP·PP·CP),
+   GAS = global batch / (DP·MBS·seq), which must be a whole number ≥ 1 — the micro-batch is
+   lowered when GAS would fall below 1; a layout that cannot hit the batch is left out (counted in
+   `notes`).
+4. Ranked by the lower end of the predicted tokens/s/GPU's interval for the target
+   (service/analytics/throughput.py; the interval widens with the distance to the nearest
+   recorded run of the same layout, so a layout nobody ran near the target does not win on an
+   extrapolation alone), then
+   dropped when the memory model (service/analytics/memory.py) predicts no fit or a recorded OOM
+   implies one (same TP/PP/CP/seq/GPU, no more ZeRO sharding, no smaller micro-batch, no stronger
+   recompute, and under ZeRO ≥ 1 no larger DP) — unless the very configuration ran on the target.
+5. Each candidate carries `predicted` (tokens/s/GPU, MFU, peak memory, interval) apart from its
+   `evidence` (the recorded runs of the same layout nearest to the target: id, model, GPU type,
+   framework, nodes, distance, measured tokens/s) and, when it ran on this very target,
+   `measured` side by side with the prediction.
 
-    d = |ln(size/size*)| + |ln(nodes/nodes*)| + |ln(seq/seq*)| + hardware penalty
-
-(0 for the same GPU type or when the target names none, 0.5 for the same vendor, 1 otherwise) and
-their config is adapted: TP/PP/CP/EP/ZeRO/MBS/recompute kept, DP set from the target world size
-(world/(TP·PP·CP), which must be exact), GAS set to hit the target global batch (default: the
-neighbour's global batch). Adapted configs are checked against the memory model
-(service/analytics/memory.py) and against recorded OOMs of the same model size with the same or
-less sharding (same TP·PP·CP, same or lower ZeRO stage, same or larger micro-batch and recompute no
-stronger): such configs are dropped, unless the very configuration has a recorded success.
+Distance: |ln(size/size*)| + |ln(nodes/nodes*)| + |ln(seq/seq*)| + hardware (0 same GPU type,
+0.5 same vendor, 1 otherwise).
 """
 
 from __future__ import annotations
 
 import math
 import re
-import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,17 +39,22 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from service import hardware
-from service.analytics.heatmap import metric_expr
+from service.analytics import throughput as th
+from service.analytics.memory import estimate_memory
 from service.derive import model_size_class
 from service.errors import BadRequest
-from service.ranking import best_order
 from service.tables import Run
 
 CONFIG_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
-#: a recorded configuration: successful runs with equal values of these are one group
-GROUP_FIELDS = ("model_size_class", "nodes", "gpus_per_node", "gpu_type", "seq_len", "dp", "tp", "pp", "cp", "ep",
-                "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
+LAYOUT_FIELDS = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute")
+DIM_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
 _RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
+_POW2 = (1, 2, 4, 8, 16, 32, 64)
+#: the most the interval's half-width is widened by (× (1 + widen)) for extrapolation
+MAX_WIDEN = 2.0
+#: "what worked": layouts recorded at the nearest node count(s) of the size class, up to this far
+#: beyond the nearest in |ln(nodes ratio)| (ln 2: the next power of two too)
+WORKED_NODES_SLACK = math.log(2) + 1e-9
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*$")
 _SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
@@ -87,272 +103,338 @@ class Target:
         return self.nodes * self.gpus_per_node
 
 
-def _hw_penalty(target_gpu: str | None, gpu: str | None) -> float:
-    if not target_gpu:
-        return 0.0
-    if gpu == target_gpu:
+def hw_penalty(target_gpu: str | None, gpu: str | None) -> float:
+    """0 same GPU type (or none asked), 0.5 same vendor, 1 otherwise."""
+    if not target_gpu or gpu == target_gpu:
         return 0.0
     a, b = hardware.lookup(target_gpu), hardware.lookup(gpu)
-    if a and b and a.vendor == b.vendor and a.name.split("-")[0] == b.name.split("-")[0]:
-        return 0.25
-    if a and b and a.vendor == b.vendor:
-        return 0.5
-    return 1.0
+    return 0.5 if a and b and a.vendor == b.vendor else 1.0
 
 
 def _log_ratio(a: float | None, b: float | None) -> float:
-    if not a or not b:
-        return 0.0
-    return abs(math.log(a / b))
+    return abs(math.log(a / b)) if a and b else 0.0
 
 
-def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu",
-              memory_check: bool = True) -> list[dict[str, Any]]:
-    """Up to k candidates, best first: exact recorded matches by metric, then adapted neighbours by
-    distance. Each candidate: config, recorded metrics, evidence (run ids, count, spread), distance,
-    match ("exact" | "adapted"), memory check, why and risk. Raises BadRequest on a bad target.
-    Everything is read from `runs` in this request (groups, recorded OOMs, evidence)."""
+def distance(row: dict[str, Any], size_class: float | None, nodes: int, seq: int | None, gpu: str | None) -> float:
+    """Distance of a recorded configuration row from the target (module docstring)."""
+    return round(_log_ratio(row.get("model_size_class"), size_class) + _log_ratio(row.get("nodes"), nodes)
+                 + _log_ratio(row.get("seq_len"), seq) + hw_penalty(gpu, row.get("gpu_type")), 4)
+
+
+def _oom_rows(session: Session) -> list[dict[str, Any]]:
+    """Recorded OOMs (not retired), one row per distinct configuration."""
+    cols = [Run.gpu_type, Run.model_size_class, Run.seq_len, Run.dp, Run.tp, Run.pp, Run.cp, Run.zero_stage,
+            Run.micro_batch_size, Run.recompute]
+    query = sa.select(*cols, sa.func.min(Run.id).label("run_id")).where(
+        Run.status == "oom", Run.retired_at.is_(None)).group_by(*cols)
+    return [dict(r._mapping) for r in session.execute(query)]
+
+
+def oom_implied(cfg: dict[str, Any], ctx: dict[str, Any], ooms: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The recorded OOM that implies `cfg` does not fit on the target either, or None: same GPU
+    type, size class, seq_len, TP, PP, CP; ZeRO stage ≤; micro-batch ≥; recompute no stronger;
+    under ZeRO ≥ 1 the optimizer shards over DP, so DP ≤ as well."""
+    for o in ooms:
+        if (o["gpu_type"] == ctx["gpu_type"] and o["model_size_class"] == ctx["size_class"]
+                and o["seq_len"] == ctx["seq_len"] and o["tp"] == cfg["tp"] and o["pp"] == cfg["pp"]
+                and (o["cp"] or 1) == cfg["cp"] and (o["zero_stage"] or 0) >= cfg["zero_stage"]
+                and o["micro_batch_size"] is not None and o["micro_batch_size"] <= cfg["micro_batch_size"]
+                and _RECOMPUTE_RANK.get(o["recompute"], 0) >= _RECOMPUTE_RANK.get(cfg["recompute"], 0)
+                and (cfg["zero_stage"] == 0 or (o["dp"] or 0) >= cfg["dp"])):
+            return o
+    return None
+
+
+def _complete_target(target: Target, rows: list[dict[str, Any]], notes: list[str]) -> dict[str, Any]:
+    """The target with what it leaves out taken from the nearest recorded configurations (noted)."""
+    size_class = model_size_class(target.model_params)
+    gpu = hardware.canonical_gpu_type(target.gpu_type) or target.gpu_type
+    ranked = sorted(rows, key=lambda r: (distance(r, size_class, target.nodes, target.seq_len, gpu), -r["n_runs"]))
+    ctx: dict[str, Any] = {"model_params": target.model_params, "size_class": size_class,
+                           "nodes": target.nodes, "gpus_per_node": target.gpus_per_node}
+    nearest = ranked[0] if ranked else None
+    if gpu is None:
+        if nearest is None:
+            raise BadRequest("no recorded run to take the GPU type from: pass gpu_type",
+                             [{"field": "gpu_type", "value": None, "message": "required without recorded runs"}])
+        gpu = nearest["gpu_type"]
+        notes.append(f"gpu_type not given: {gpu}, the nearest recorded configuration's")
+    ctx["gpu_type"] = gpu
+    dims = {f: getattr(target, f) for f in DIM_FIELDS}
+    same_size = [r for r in ranked if r["model_size_class"] == size_class and r["hidden_size"]]
+    if not any(dims.values()) and same_size:
+        dims = {f: same_size[0][f] for f in DIM_FIELDS}
+        ctx["model_params"] = same_size[0]["model_params"] or target.model_params
+        notes.append(f"model dims from the recorded {size_class:g}B runs (run #{same_size[0]['first_id']})")
+    ctx.update(dims)
+    ctx["seq_len"] = target.seq_len or (nearest or {}).get("seq_len")
+    if ctx["seq_len"] is None:
+        raise BadRequest("seq_len is needed (no recorded run to take it from)",
+                         [{"field": "seq_len", "value": None, "message": "required"}])
+    if not target.seq_len:
+        notes.append(f"seq_len not given: {ctx['seq_len']}, the nearest recorded configuration's")
+    gbt = target.global_batch_tokens
+    if gbt is None and nearest is not None:
+        n = nearest
+        gbt = n["dp"] * n["micro_batch_size"] * n["grad_accum_steps"] * n["seq_len"] if n["dp"] else None
+        if gbt:
+            notes.append(f"global_batch_tokens not given: {gbt:,}, the nearest recorded configuration's")
+    if gbt is None:
+        raise BadRequest("global_batch_tokens is needed (no recorded run to take it from)",
+                         [{"field": "global_batch_tokens", "value": None, "message": "required"}])
+    ctx["global_batch_tokens"] = gbt
+    ctx["framework"] = _framework(ranked, gpu, notes)
+    ctx["precision"] = "bf16"
+    return ctx
+
+
+def _framework(ranked: list[dict[str, Any]], gpu: str | None, notes: list[str]) -> str | None:
+    """The framework of the nearest recorded configurations (on the target GPU when it has any)."""
+    on_gpu = [r for r in ranked if r["gpu_type"] == gpu] or ranked
+    if not on_gpu:
+        return None
+    fw = on_gpu[0]["framework"]
+    notes.append(f"framework: {fw} (the nearest recorded configurations')")
+    return fw
+
+
+def layouts(ctx: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every valid configuration for the target: options are the values the framework's records
+    show (plus powers of two for TP/PP/MBS), filtered to divide the world size (TP·PP·CP), the heads
+    (TP), the layers (PP ≤ L) and to hit the global batch exactly (GAS whole, ≥ 1)."""
+    fw = [r for r in rows if r["framework"] == ctx["framework"]] or rows
+    world, seq, gbt = ctx["nodes"] * ctx["gpus_per_node"], ctx["seq_len"], ctx["global_batch_tokens"]
+    heads, layers = ctx.get("num_heads"), ctx.get("num_layers")
+    tps = sorted({*_POW2, *(r["tp"] for r in fw)})
+    pps = sorted({*_POW2, *(r["pp"] for r in fw)})
+    cps = sorted({r["cp"] or 1 for r in fw} | {1})
+    zeros = sorted({r["zero_stage"] or 0 for r in fw} or {0})
+    recs = sorted({r["recompute"] or "none" for r in fw} or {"none"})
+    mbss = sorted({*_POW2, *(r["micro_batch_size"] for r in fw)})
+    out = []
+    for tp in tps:
+        if world % tp or (heads and heads % tp):
+            continue
+        for pp in pps:
+            if world % (tp * pp) or (layers and pp > layers):
+                continue
+            for cp in cps:
+                if world % (tp * pp * cp) or seq % cp:
+                    continue
+                dp = world // (tp * pp * cp)
+                for mbs in mbss:
+                    per = dp * mbs * seq
+                    if gbt % per or gbt // per < 1:
+                        continue
+                    for zero in zeros:
+                        if zero > 0 and dp * cp == 1:
+                            continue
+                        for rc in recs:
+                            out.append({"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": 1, "zero_stage": zero,
+                                        "micro_batch_size": mbs, "grad_accum_steps": gbt // per, "recompute": rc})
+    return out
+
+
+def _run_record(cfg: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
+    rec = {k: ctx.get(k) for k in ("model_params", "seq_len", "nodes", "gpus_per_node", "gpu_type", "precision",
+                                   "framework", *DIM_FIELDS)}
+    rec.update(cfg)
+    return rec
+
+
+_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero_stage": 0, "recompute": "none"}
+
+
+def _value(row: dict[str, Any], f: str) -> Any:
+    """A configuration field of a recorded row, NULL read as the field's default (1, ZeRO 0, none)."""
+    v = row.get(f)
+    return _DEFAULTS.get(f) if v is None else v
+
+
+def _evidence(cfg: dict[str, Any], ctx: dict[str, Any], rows: list[dict[str, Any]], n: int = 3) -> list[dict]:
+    """The recorded configurations of the same layout nearest to the target (as evidence)."""
+    same = [r for r in rows if all(_value(r, f) == cfg[f] for f in LAYOUT_FIELDS)]
+    if not same:
+        same = [r for r in rows if r["tp"] == cfg["tp"] and r["pp"] == cfg["pp"]]
+    ranked = sorted(same, key=lambda r: (distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"], ctx["gpu_type"]),
+                                         r["first_id"]))
+    return [{"run_id": r["first_id"], "model_size_class": r["model_size_class"], "model_params": r["model_params"],
+             "gpu_type": r["gpu_type"], "framework": r["framework"], "nodes": r["nodes"],
+             "config": {f: r[f] for f in CONFIG_FIELDS}, "n_runs": r["n_runs"],
+             "measured_tokens_per_sec_per_gpu": r["tokens_per_sec_per_gpu"],
+             "distance": distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"], ctx["gpu_type"])}
+            for r in ranked[:n]]
+
+
+def _exact(cfg: dict[str, Any], ctx: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for r in rows:
+        if (r["model_size_class"] == ctx["size_class"] and r["nodes"] == ctx["nodes"] and r["gpu_type"] == ctx["gpu_type"]
+                and r["seq_len"] == ctx["seq_len"] and r["gpus_per_node"] in (None, ctx["gpus_per_node"])
+                and all(_value(r, f) == cfg[f] for f in CONFIG_FIELDS)):
+            return r
+    return None
+
+
+@dataclass
+class Scored:
+    """One valid configuration for the target with its prediction: `widen` is the distance to the
+    nearest recorded run of its layout (capped at MAX_WIDEN), `worked` whether its layout ran at
+    the target's size class near the target's node count."""
+
+    config: dict[str, Any]
+    predicted: dict[str, Any]
+    widen: float
+    worked: bool
+
+
+@dataclass
+class Prepared:
+    """What one request reads and derives once: the configuration rows, the completed target
+    (`ctx`), the throughput model and its fit, the recorded OOMs, notes."""
+
+    rows: list[dict[str, Any]]
+    ctx: dict[str, Any]
+    model: th.Model
+    fit: th.Fit
+    ooms: list[dict[str, Any]]
+    notes: list[str]
+
+
+def prepare(session: Session, target: Target) -> Prepared:
+    """Read the runs (aggregated) and OOMs, complete the target, choose the fit. Raises
+    BadRequest for a bad or uncompletable target."""
     if target.nodes < 1 or target.gpus_per_node < 1:
         raise BadRequest("nodes and gpus_per_node must be >= 1",
                          [{"field": "nodes", "value": target.nodes, "message": "must be >= 1"}])
-    target_gpu = hardware.canonical_gpu_type(target.gpu_type) or target.gpu_type
-    size_class = model_size_class(target.model_params)
-    value = metric_expr(metric)
-    rows = _groups(session, size_class, target, value)
-    ooms = _recorded_ooms(session, size_class)
+    rows = th.load_configs(session)
+    notes: list[str] = []
+    ctx = _complete_target(target, rows, notes)
+    model = th.Model(rows)
+    fit = model.fit_for(ctx["gpu_type"], ctx["framework"])
+    if fit.status == "prior" or fit.reason:
+        notes.append(fit.reason or "prior parameters")
+    return Prepared(rows, ctx, model, fit, _oom_rows(session), notes)
 
-    # every group's adapted config and rank (cheap), then the full candidate only for the
-    # first configs that survive the OOM and memory checks
-    # (ties in the ranking go to the group whose best run has the lower id)
-    ranked: list[tuple] = []
+
+def scored(prep: Prepared, skip: set[tuple] | None = None) -> list[Scored]:
+    """Every valid configuration for the target (layouts()), except those in `skip` (tuples of
+    CONFIG_FIELDS), with its prediction."""
+    ctx, rows = prep.ctx, prep.rows
+    by_layout: dict[tuple, float] = {}
     for r in rows:
-        exact = (r["model_size_class"] == size_class and r["nodes"] == target.nodes
-                 and r["gpus_per_node"] in (None, target.gpus_per_node)
-                 and (not target_gpu or r["gpu_type"] == target_gpu)
-                 and (not target.seq_len or r["seq_len"] == target.seq_len))
-        adapted = _adapt_config(r, r["best"]["global_batch_tokens"], target)
-        if adapted is None:
+        key = tuple(_value(r, f) for f in LAYOUT_FIELDS)
+        d = distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"], ctx["gpu_type"])
+        by_layout[key] = min(d, by_layout.get(key, d))
+    # layouts that ran at the target's size class (or the nearest recorded one) at the nearest
+    # node counts: "what worked" (/suggest says when it proposes another: exploration)
+    sizes = {r["model_size_class"] for r in rows if r["model_size_class"]}
+    near_size = min(sizes, key=lambda z: (abs(math.log(z / ctx["size_class"])), z)) if sizes else None
+    same = [r for r in rows if r["model_size_class"] == near_size and r["gpu_type"] == ctx["gpu_type"]] or \
+        [r for r in rows if r["model_size_class"] == near_size]
+    gap = min((abs(math.log(r["nodes"] / ctx["nodes"])) for r in same if r["nodes"]), default=0.0)
+    worked = {tuple(_value(r, f) for f in LAYOUT_FIELDS) for r in same
+              if r["nodes"] and abs(math.log(r["nodes"] / ctx["nodes"])) <= gap + WORKED_NODES_SLACK}
+    out = []
+    for cfg in layouts(ctx, rows):
+        if skip and tuple(cfg[f] for f in CONFIG_FIELDS) in skip:
             continue
-        config, changed = adapted
-        match = "exact" if exact and not changed else "adapted"
-        distance = 0.0 if exact else round(
-            _log_ratio(r["model_size_class"], size_class) + _log_ratio(r["nodes"], target.nodes)
-            + _log_ratio(r["seq_len"], target.seq_len) + _hw_penalty(target_gpu, r["gpu_type"]), 4)
-        ranked.append((match != "exact", distance, -(r["best"]["value"] or 0), r["best"]["id"], r, config, changed,
-                       match))
-    ranked.sort(key=lambda e: e[:4])
-    firsts: dict[tuple, list] = {}  # config → [its best-ranked group's entry, how many more groups]
-    for entry in ranked:
-        key = tuple(entry[5][f] for f in CONFIG_FIELDS)
-        if key in firsts:
-            firsts[key][1] += 1
-        else:
-            firsts[key] = [entry, 0]
+        layout = tuple(cfg[f] for f in LAYOUT_FIELDS)
+        # the interval widens with the distance to the nearest recorded run of the same layout
+        # (an unrecorded layout counts as MAX_WIDEN away)
+        widen = min(by_layout.get(layout, MAX_WIDEN), MAX_WIDEN)
+        try:
+            pred = prep.model.predict(_run_record(cfg, ctx), ctx["framework"], widen=widen)
+        except ValueError:
+            continue
+        out.append(Scored(cfg, pred, widen, layout in worked))
+    return out
 
+
+def admissible(prep: Prepared, item: Scored, counts: dict[str, int]) -> tuple[Any, dict[str, Any] | None] | None:
+    """(memory estimate, the recorded run on this very target or None) when the configuration
+    may be proposed; None when a recorded OOM implies it does not fit or the memory model says
+    so (a configuration that ran on the target is never ruled out). Counts rejections."""
+    exact = _exact(item.config, prep.ctx, prep.rows)
+    mem = estimate_memory(_run_record(item.config, prep.ctx))
+    if exact is None:
+        if oom_implied(item.config, prep.ctx, prep.ooms) is not None:
+            counts["oom_rejected"] = counts.get("oom_rejected", 0) + 1
+            return None
+        if mem.fits is False:
+            counts["memory_rejected"] = counts.get("memory_rejected", 0) + 1
+            return None
+    return mem, exact
+
+
+def target_body(prep: Prepared) -> dict[str, Any]:
+    """The completed target as the answers show it."""
+    ctx = prep.ctx
+    return {**{k_: v for k_, v in ctx.items() if k_ != "size_class"}, "model_size_class": ctx["size_class"],
+            "world_size": ctx["nodes"] * ctx["gpus_per_node"]}
+
+
+def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu") -> dict[str, Any]:
+    """Up to k candidates for the target, best first (module docstring).
+
+    Returns {"target": the completed target, "model": the throughput fit used (status, fitted-on
+    runs, held-out error), "candidates": [{config, origin, predicted {tokens_per_sec_per_gpu, mfu,
+    peak_memory_gib, interval, step_time_s, breakdown_s}, measured | None, evidence [...],
+    memory {...}, why}], "notes": [...], "counts": {...}}. `metric` "mfu" ranks by predicted MFU
+    (the same order on one target). Raises BadRequest for a bad target."""
+    prep = prepare(session, target)
+    items = scored(prep)
+    key = "mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"
+    items.sort(key=lambda e: (-e.predicted[key] * e.predicted["interval"][0] / e.predicted["tokens_per_sec_per_gpu"],
+                              tuple(str(e.config[f]) for f in CONFIG_FIELDS)))
+    counts = {"layouts": len(items), "memory_rejected": 0, "oom_rejected": 0}
     out: list[dict[str, Any]] = []
-    for (_, distance, _, _, r, config, changed, match), also in firsts.values():
-        cand = _candidate(r, target, target_gpu, config, changed, match)
-        cand["distance"] = distance
-        cand["evidence"]["also_supported_by"] = also
-        if cand["match"] == "adapted" and _blocked_by_oom(cand, size_class, ooms):
+    for item in items:
+        ok = admissible(prep, item, counts)
+        if ok is None:
             continue
-        _attach_memory(cand, target, target_gpu, enabled=memory_check)
-        if cand["memory"].get("fits") is False:
-            if cand["match"] == "adapted":
-                continue
-            cand["memory"]["note"] = ("the memory model predicts no fit, but this configuration ran "
-                                      "successfully: the recorded run outranks the prediction")
-        out.append(cand)
+        out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows))
         if len(out) >= k:
             break
-    _fill_evidence(session, value, out)
-    return out
+    return {"target": target_body(prep), "model": prep.fit.describe(), "candidates": out, "notes": prep.notes,
+            "counts": counts}
 
 
-def _groups(session: Session, size_class: float | None, target: Target,
-            value: sa.ColumnElement) -> list[dict[str, Any]]:
-    """Successful runs grouped by configuration (GROUP_FIELDS), from one query over `runs`: per
-    group `n_runs`, `n_values`/`vmin`/`vmax` of the metric `value` and its best run (`best`: id,
-    value, mfu_eff, tps, peak_memory_gib, global_batch_tokens) — first in service/ranking.py's
-    order. Limited to size classes and node counts within a factor of 16 of the target; widened
-    to everything when that window is empty."""
-    windows = ([((size_class / 16, size_class * 16), (max(1, target.nodes // 16), target.nodes * 16))]
-               if size_class else [])
-    for window in (*windows, (None, None)):
-        rows = _group_rows(session, value, *window)
-        if rows:
-            return rows
-    return []
+def recorded_on_target(session: Session, ctx: dict[str, Any]) -> set[tuple]:
+    """Configurations with any recorded run (any status, not retired) on this very target."""
+    cols = [getattr(Run, f) for f in CONFIG_FIELDS]
+    q = sa.select(*cols).distinct().where(Run.model_size_class == ctx["size_class"], Run.nodes == ctx["nodes"],
+                                          Run.gpu_type == ctx["gpu_type"], Run.seq_len == ctx["seq_len"],
+                                          Run.retired_at.is_(None))
+    return {tuple(_value(dict(zip(CONFIG_FIELDS, r)), f) for f in CONFIG_FIELDS) for r in session.execute(q)}
 
 
-def _group_rows(session: Session, value: sa.ColumnElement, sizes: tuple[float, float] | None,
-                nodes: tuple[int, int] | None) -> list[dict[str, Any]]:
-    part = _group_cols()
-    mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
-    conds = [Run.status == sa.literal_column("'success'"), Run.model_size_class.is_not(None), Run.nodes.is_not(None)]
-    if sizes is not None and nodes is not None:
-        conds += [Run.model_size_class.between(*sizes), Run.nodes.between(*nodes)]
-    inner = (sa.select(*part, Run.id, value.label("value"), mfu.label("mfu_eff"), Run.tokens_per_sec_per_gpu,
-                       Run.peak_memory_gib, Run.global_batch_tokens,
-                       sa.func.count().over(partition_by=part).label("n_runs"),
-                       sa.func.count(value).over(partition_by=part).label("n_values"),
-                       sa.func.min(value).over(partition_by=part).label("vmin"),
-                       sa.func.max(value).over(partition_by=part).label("vmax"),
-                       sa.func.row_number().over(partition_by=part, order_by=best_order(value, mfu, Run.id))
-                       .label("rn"))
-             .where(*conds).subquery())
-    out = []
-    for r in session.execute(sa.select(inner).where(inner.c.rn == 1)).mappings():
-        g = {f: r[f] for f in GROUP_FIELDS}
-        g.update(n_runs=r["n_runs"], n_values=r["n_values"], vmin=r["vmin"], vmax=r["vmax"],
-                 best={"id": r["id"], "value": r["value"], "mfu_eff": r["mfu_eff"],
-                       "tps": r["tokens_per_sec_per_gpu"], "peak_memory_gib": r["peak_memory_gib"],
-                       "global_batch_tokens": r["global_batch_tokens"]})
-        out.append(g)
-    return out
-
-
-_TOP_IDS = 20
-
-
-def _group_cols() -> list[sa.ColumnElement]:
-    return [getattr(Run, f) for f in GROUP_FIELDS]
-
-
-def _fill_evidence(session: Session, value: sa.ColumnElement, candidates: list[dict[str, Any]]) -> None:
-    """For the returned candidates only: evidence.source_run_ids (the group's first 20 runs in the
-    ranking order) and evidence.spread (min, max and population stdev of the metric over the
-    group's runs, None without values), from one query over the runs of their groups."""
-    groups = {tuple(c["_group"][f] for f in GROUP_FIELDS): c["_group"] for c in candidates}
-    runs: dict[tuple, list[tuple]] = {}  # {group key: [(metric missing, -metric, mfu missing, -mfu, run id)]}
-    if groups:
-        mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
-        exact = sa.or_(*[sa.and_(*[(col.is_(None) if g[f] is None else col == g[f])
-                                   for f, col in zip(GROUP_FIELDS, _group_cols(), strict=True)])
-                         for g in groups.values()])
-        query = sa.select(*_group_cols(), Run.id, value.label("value"), mfu.label("mfu")).where(
-            Run.status == "success", exact)
-        for r in session.execute(query).all():
-            runs.setdefault(tuple(r[:len(GROUP_FIELDS)]), []).append(
-                (r.value is None, -(r.value or 0.0), r.mfu is None, -(r.mfu or 0.0), r.id))
-    for cand in candidates:
-        g = cand.pop("_group")
-        ranked = sorted(runs.get(tuple(g[f] for f in GROUP_FIELDS), []))
-        cand["evidence"]["source_run_ids"] = [entry[-1] for entry in ranked[:_TOP_IDS]]
-        values = [-entry[1] for entry in ranked if not entry[0]]
-        if values:
-            cand["evidence"]["spread"] = {"min": g["vmin"], "max": g["vmax"],
-                                          "stdev": statistics.pstdev(values) if len(values) > 1 else 0.0}
-
-
-def _adapt_config(g: dict[str, Any], best_gbt: int | None, target: Target) -> tuple[dict[str, Any], list[str]] | None:
-    """The config of group `g` (its GROUP_FIELDS; `best_gbt` the global batch of its best run)
-    adapted to the target — TP/PP/CP/EP, ZeRO stage, MBS and recompute kept, DP from the
-    target's world size, GAS to hit the target global batch — and the fields that changed; None
-    when the target's world size does not divide into the group's TP·PP·CP (or DP·CP into EP)."""
-    tp, pp, cp, ep = g["tp"], g["pp"] or 1, g["cp"] or 1, g["ep"] or 1
-    world = target.world_size
-    if world % (tp * pp * cp):
-        return None
-    dp = world // (tp * pp * cp)
-    if (dp * cp) % ep:
-        return None
-    seq = target.seq_len or g["seq_len"]
-    mbs = g["micro_batch_size"]
-    gas = g["grad_accum_steps"]
-    # GAS hits the target global batch; without a target, the neighbour's global batch is kept
-    # (only when the neighbour reported its GAS: a batch we cannot reproduce is not invented)
-    gbt_target = target.global_batch_tokens or (best_gbt if gas else None)
-    if gbt_target and mbs and seq:
-        gas = max(1, round(gbt_target / (dp * mbs * seq)))
-    config = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero_stage": g["zero_stage"],
-              "micro_batch_size": mbs, "grad_accum_steps": gas, "recompute": g["recompute"]}
-    return config, [f for f in CONFIG_FIELDS if config[f] != g[f]]
-
-
-def _candidate(g: dict[str, Any], target: Target, target_gpu: str | None, config: dict[str, Any],
-               changed: list[str], match: str) -> dict[str, Any]:
-    """The answer's candidate for group `g` adapted to `config` (see _adapt_config)."""
-    seq = target.seq_len or g["seq_len"]
-    dp, mbs, gas = config["dp"], config["micro_batch_size"], config["grad_accum_steps"]
-    best = g["best"]
-    source = {f: g[f] for f in ("model_size_class", "nodes", "gpus_per_node", "gpu_type", "seq_len")}
-    why = ("recorded on this very target" if match == "exact" else
-           f"recorded on {g['model_size_class']}B × {g['nodes']} nodes"
-           f"{' of ' + g['gpu_type'] if g['gpu_type'] else ''}"
-           f"{', seq ' + str(g['seq_len']) if g['seq_len'] else ''}"
-           f"{'; adapted ' + ', '.join(changed) if changed else ''}")
+def candidate(cfg: dict[str, Any], ctx: dict[str, Any], pred: dict[str, Any], mem: Any,
+               exact: dict[str, Any] | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    evidence = _evidence(cfg, ctx, rows)
+    fit_gpu = pred["fit"][0]
+    why = ("ran on this very target; " if exact else "") + (
+        f"predicted by the {pred['fit'][2]} model of {pred['fit'][1]} on {fit_gpu}")
+    if fit_gpu and fit_gpu != ctx["gpu_type"]:
+        why += f", carried to {ctx['gpu_type']} through peak FLOP/s and link-bandwidth ratios"
+    far = [e for e in evidence if e["gpu_type"] != ctx["gpu_type"] or e["model_size_class"] != ctx["size_class"]]
+    if evidence and len(far) == len(evidence):
+        e = evidence[0]
+        why += f"; nearest evidence: {e['model_size_class']:g}B × {e['nodes']} nodes on {e['gpu_type']}"
+    measured = None
+    if exact is not None:
+        measured = {"tokens_per_sec_per_gpu": exact["tokens_per_sec_per_gpu"], "n_runs": exact["n_runs"],
+                    "run_id": exact["first_id"], "peak_memory_gib": exact["peak_memory_gib"]}
     return {
-        "_group": g,
-        "match": match,
-        "config": config,
-        "nodes": target.nodes,
-        "gpus_per_node": target.gpus_per_node,
-        "gpu_type": target_gpu or g["gpu_type"],
-        "seq_len": seq,
-        "global_batch_tokens": dp * mbs * gas * seq if (mbs and gas and seq) else None,
-        "adapted_fields": changed,
-        "source": source,
-        "metrics": {"value": best["value"], "tokens_per_sec_per_gpu": best["tps"], "mfu": best["mfu_eff"],
-                    "peak_memory_gib": best["peak_memory_gib"]},
-        # source_run_ids and spread: _fill_evidence, for the returned candidates only
-        "evidence": {"n_runs": g["n_runs"], "source_run_ids": [], "best_run_id": best["id"],
-                     "spread": None, "also_supported_by": 0},
+        "config": cfg,
+        "origin": "recorded on this target" if exact else "predicted",
+        "global_batch_tokens": cfg["dp"] * cfg["micro_batch_size"] * cfg["grad_accum_steps"] * ctx["seq_len"],
+        "predicted": {"tokens_per_sec_per_gpu": pred["tokens_per_sec_per_gpu"], "mfu": pred["mfu"],
+                      "peak_memory_gib": mem.predicted_peak_memory_gib, "interval": pred["interval"],
+                      "step_time_s": pred["step_time_s"], "breakdown_s": pred["breakdown_s"],
+                      "bandwidth_source": pred["bandwidth_source"]},
+        "measured": measured,
+        "evidence": evidence,
+        "memory": {"fits": mem.fits, "predicted_peak_memory_gib": mem.predicted_peak_memory_gib,
+                   "gpu_memory_gib": mem.gpu_memory_gib},
         "why": why,
-        "risk": "low: measured on this configuration" if match == "exact" else
-                "medium: extrapolated from a neighbouring configuration; measure before committing",
     }
-
-
-def _recorded_ooms(session: Session, size_class: float | None) -> list[dict[str, Any]]:
-    """The distinct sharding configs (tp, pp, cp, zero_stage, micro_batch_size, recompute,
-    seq_len, dp) of the recorded OOMs of this model size class."""
-    if size_class is None:
-        return []
-    fields = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute", "seq_len", "dp")
-    query = (sa.select(*(getattr(Run, f) for f in fields))
-             .where(Run.status == sa.literal_column("'oom'"),  # inlined: partial index ix_runs_oom
-                    Run.model_size_class == size_class).distinct())
-    return [dict(zip(fields, r, strict=True)) for r in session.execute(query).all()]
-
-
-def _blocked_by_oom(cand: dict[str, Any], size_class: float | None, ooms: list[dict[str, Any]]) -> bool:
-    """True when a recorded OOM of the same model had the same or more sharding than this config
-    (same TP/PP/CP, ZeRO stage ≥ ours and, when we shard over DP, DP ≥ ours), no larger
-    micro-batch, no shorter sequence and no weaker recompute: then this config needs at least as
-    much memory as one that ran out."""
-    c = cand["config"]
-    zero_c = c["zero_stage"] or 0
-    for o in ooms:
-        if (o["tp"], o["pp"] or 1, o["cp"] or 1) != (c["tp"], c["pp"], c["cp"]):
-            continue
-        zero_o = o["zero_stage"] or 0
-        as_sharded = zero_o >= zero_c and (zero_c == 0 or (o["dp"] or 1) >= c["dp"])
-        if (as_sharded
-                and (o["micro_batch_size"] or 1) <= (c["micro_batch_size"] or 1)
-                and (not o["seq_len"] or not cand["seq_len"] or o["seq_len"] <= cand["seq_len"])
-                and _RECOMPUTE_RANK.get(o["recompute"], 0) >= _RECOMPUTE_RANK.get(c["recompute"], 0)):
-            cand["blocked_by_oom"] = o
-            return True
-    return False
-
-
-def _attach_memory(cand: dict[str, Any], target: Target, target_gpu: str | None, *, enabled: bool) -> None:
-    cand["memory"] = {}
-    if not enabled:
-        return
-    try:
-        from service.analytics.memory import estimate_memory
-    except ImportError:  # memory model not installed in this build
-        return
-    run = {**cand["config"], "model_params": target.model_params, "seq_len": cand["seq_len"],
-           "gpu_type": target_gpu or cand["gpu_type"], "precision": "bf16",
-           **{f: getattr(target, f) for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads",
-                                              "ffn_hidden_size", "vocab_size") if getattr(target, f)}}
-    try:
-        est = estimate_memory(run)
-    except ValueError as exc:
-        cand["memory"] = {"fits": None, "note": str(exc)}
-        return
-    cand["memory"] = {"predicted_peak_memory_gib": round(est.predicted_peak_memory_gib, 2),
-                      "gpu_memory_gib": est.gpu_memory_gib, "fits": est.fits}

@@ -75,7 +75,7 @@ def find_regressions(session: Session, *, metric: str = "tokens_per_sec_per_gpu"
         raise BadRequest("need threshold > 0, min_history >= 2, 0 < min_drop < 1 and window >= min_history",
                          [{"field": "threshold", "value": threshold, "message": "out of range"}])
     when = sa.func.coalesce(Run.started_at, Run.ingested_at)
-    base = [Run.status == "success", Run.fingerprint.is_not(None), value.is_not(None)]
+    base = [Run.status == "success", Run.retired_at.is_(None), Run.fingerprint.is_not(None), value.is_not(None)]
     fps = sa.select(Run.fingerprint).where(*base).group_by(Run.fingerprint).having(sa.func.count() >= min_history + 1)
     if since is not None:
         fps = fps.having(sa.func.max(when) >= since)

@@ -119,27 +119,50 @@ def heatmap_cell(
     return model_response(CellRuns, {"model_size_class": model_size_class, "nodes": nodes, "runs": runs})
 
 
-class Candidate(BaseModel):
-    match: Literal["exact", "adapted"]
-    config: dict[str, Any]
-    nodes: int
-    gpus_per_node: int
+class Predicted(BaseModel):
+    """The throughput and memory models' prediction for the target (a prediction, not a measurement)."""
+
+    tokens_per_sec_per_gpu: float
+    mfu: float
+    peak_memory_gib: float
+    interval: list[float]
+    step_time_s: float
+    breakdown_s: dict[str, float]
+    bandwidth_source: str | None
+
+
+class Evidence(BaseModel):
+    """A recorded configuration a candidate rests on: its first run, model, hardware, distance."""
+
+    run_id: int
+    model_size_class: float | None
+    model_params: int | None
     gpu_type: str | None
-    seq_len: int | None
-    global_batch_tokens: int | None
-    adapted_fields: list[str]
-    source: dict[str, Any]
-    metrics: dict[str, Any]
-    evidence: dict[str, Any]
+    framework: str | None
+    nodes: int | None
+    config: dict[str, Any]
+    n_runs: int
+    measured_tokens_per_sec_per_gpu: float | None
     distance: float
+
+
+class Candidate(BaseModel):
+    config: dict[str, Any]
+    origin: Literal["recorded on this target", "predicted"]
+    global_batch_tokens: int
+    predicted: Predicted
+    measured: dict[str, Any] | None
+    evidence: list[Evidence]
     memory: dict[str, Any]
     why: str
-    risk: str
 
 
 class Recommendation(BaseModel):
     target: dict[str, Any]
+    model: dict[str, Any]
     candidates: list[Candidate]
+    notes: list[str]
+    counts: dict[str, int]
 
 
 @router.get("/recommend", response_model=Recommendation, responses={400: {"model": ErrorBody}},
@@ -150,33 +173,32 @@ def recommend(
     nodes: Annotated[int, Query(ge=1, le=100_000)],
     gpus_per_node: Annotated[int, Query(ge=1, le=1024)] = 8,
     gpu_type: Annotated[str | None, Query(max_length=100)] = None,
-    seq_len: Annotated[int | None, Query(ge=1)] = None,
-    global_batch_tokens: Annotated[int | None, Query(ge=1)] = None,
-    num_layers: Annotated[int | None, Query(ge=1)] = None,
-    hidden_size: Annotated[int | None, Query(ge=1)] = None,
-    num_heads: Annotated[int | None, Query(ge=1)] = None,
-    num_kv_heads: Annotated[int | None, Query(ge=1)] = None,
-    ffn_hidden_size: Annotated[int | None, Query(ge=1)] = None,
-    vocab_size: Annotated[int | None, Query(ge=1)] = None,
+    seq_len: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
+    global_batch_tokens: Annotated[int | None, Query(ge=1, le=10**12)] = None,
+    num_layers: Annotated[int | None, Query(ge=1, le=10_000)] = None,
+    hidden_size: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
+    num_heads: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+    num_kv_heads: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+    ffn_hidden_size: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
+    vocab_size: Annotated[int | None, Query(ge=1, le=100_000_000)] = None,
     k: Annotated[int, Query(ge=1, le=50)] = 5,
     metric: Metric = "tokens_per_sec_per_gpu",
 ) -> Response:
     """"What worked on `nodes` nodes for a `model_params` model?" (DESIGN §4).
 
-    Candidates best first: recorded runs of the exact target (match="exact"), then neighbouring
-    configurations adapted to the target (DP from the world size, GAS for the global batch),
-    ranked by distance in log(model size), log(nodes), seq_len ratio and hardware. Each has its
-    config, recorded metrics, evidence (source run ids, count, spread), the memory check, why
-    and risk. 400 when model_params cannot be read.
+    Candidates best first by the throughput model's prediction FOR THE TARGET
+    (service/analytics/recommend.py, throughput.py): valid layouts adapted exactly to the world
+    size and global batch, filtered by the memory model and recorded OOMs. Each has `predicted`
+    (tokens/s/GPU, MFU, peak memory, interval), `evidence` (the recorded runs it rests on, with
+    model, GPU type, framework, distance) and `measured` when it ran on this very target. `model`:
+    the fit used (status fitted/prior, runs fitted on, held-out error). `notes`: what was taken
+    from the records. 400 when the target cannot be read or completed.
     """
     target = rec.Target(model_params=rec.parse_model_params(model_params), nodes=nodes, gpus_per_node=gpus_per_node,
                         gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens,
                         num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
                         num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size)
-    candidates = rec.recommend(session, target, k=k, metric=metric)
-    return model_response(Recommendation, {"target": {**target.__dict__, "world_size": target.world_size,
-                                                      "model_size_class": rec.model_size_class(target.model_params)},
-                                           "candidates": candidates})
+    return model_response(Recommendation, rec.recommend(session, target, k=k, metric=metric))
 
 
 @router.get("/health", response_model=Health, tags=["health"])

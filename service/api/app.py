@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from service import __version__
-from service.api import analytics, errors, memory, planning, runs, sql, tokens
+from service.api import analytics, errors, memory, planning, retire, runs, sql, suggest, tokens
 from service.api.limits import BodySizeLimit
 from service.api.strict import reject_unknown_query
 from service.db import Database
@@ -53,8 +53,10 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
         app.state.db = db
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.include_router(retire.router, prefix=API_PREFIX)
     app.include_router(runs.router, prefix=API_PREFIX)
     app.include_router(analytics.router, prefix=API_PREFIX)
+    app.include_router(suggest.router, prefix=API_PREFIX)
     app.include_router(memory.router, prefix=API_PREFIX)
     app.include_router(planning.router, prefix=API_PREFIX)
     app.include_router(sql.router, prefix=API_PREFIX)

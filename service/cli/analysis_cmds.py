@@ -122,7 +122,7 @@ def plan(
     tokens: str = typer.Option(..., "--tokens", help="training tokens: 11T, 1e12, 500B"),
     days: float = typer.Option(..., "--days", help="wall-clock days"),
     gpu_type: str = typer.Option(None, "--gpu-type"),
-    mfu: float = typer.Option(None, "--mfu", help="fraction, e.g. 0.30 (default: nearest recorded run)"),
+    mfu: float = typer.Option(None, "--mfu", help="fraction, e.g. 0.30 (default: the throughput model's prediction)"),
     peak_tflops: float = typer.Option(None, "--peak-tflops", help="dense TFLOP/s per GPU (default: catalog)"),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
     as_json: bool = typer.Option(False, "--json"),

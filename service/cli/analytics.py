@@ -80,6 +80,14 @@ def heatmap(
     console.print(table)
 
 
+def _short(cfg: dict) -> str:
+    """A config in a few characters: DP64 TP1 PP1 Z1 MBS2 GAS2 (+ CP/recompute when used)."""
+    text = _label(cfg)
+    if cfg.get("recompute") not in (None, "none"):
+        text += f" RC:{cfg['recompute']}"
+    return text
+
+
 @app.command()
 def recommend(
     model: str = typer.Option(..., "--model", help="model size: 8B, 1.34B, 8e9"),
@@ -92,38 +100,44 @@ def recommend(
     metric: str = typer.Option("tokens_per_sec_per_gpu", help="tokens_per_sec_per_gpu | mfu"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """"What worked on N nodes for this model?" — nearest recorded configs, adapted to the target."""
+    """"What worked on N nodes for this model?" — configurations ranked by the throughput model's
+    prediction for the target; the evidence (recorded runs) beside it."""
     body = fetch("/recommend", as_json, model_params=model, nodes=nodes, gpus_per_node=gpus_per_node,
-                         gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, k=k,
-                         metric=metric)
+                 gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, k=k, metric=metric)
     if body is None:
         return
-    t = body["target"]
-    console.print(f"target: {t['model_size_class']:g}B on {t['nodes']} × {t['gpus_per_node']} GPUs"
-                  f"{' ' + t['gpu_type'] if t.get('gpu_type') else ''}"
-                  f"{', seq ' + str(t['seq_len']) if t.get('seq_len') else ''}")
+    render_recommendation(body)
+
+
+def render_recommendation(body: dict) -> None:
+    """The /recommend answer as an 80-column table: prediction first, evidence beside it."""
+    t, m = body["target"], body["model"]
+    console.print(f"target: {t['model_size_class']:g}B on {t['nodes']} × {t['gpus_per_node']} {t['gpu_type']}, "
+                  f"seq {t['seq_len']}, batch {t['global_batch_tokens']:,} tokens")
+    err = m.get("loo_median_rel_err")
+    console.print(f"model: {m['status']} on {m['n_runs']} runs of {m['framework']} on {m['gpu_type']}"
+                  + (f", held-out error {100 * err:.0f}%" if err is not None else ""))
+    for note in body.get("notes", []):
+        console.print(f"  note: {note}")
     if not body["candidates"]:
-        console.print("no recorded configuration can be adapted to this target")
+        console.print("no configuration is predicted to fit this target")
         return
     table = Table(show_lines=True)
-    for col in ("#", "match", "config", "tok/s/GPU", "MFU", "peak GiB", "memory check", "evidence", "why / risk"):
-        table.add_column(col)
+    for col, kw in (("#", {}), ("config", {"max_width": 22}), ("predicted tok/s/GPU", {"max_width": 16}),
+                    ("MFU", {}), ("mem GiB", {}), ("evidence", {"max_width": 24})):
+        table.add_column(col, **kw)
     for i, c in enumerate(body["candidates"], 1):
-        cfg = c["config"]
-        m = c["metrics"]
-        mem = c.get("memory") or {}
-        mem_txt = ("fits" if mem.get("fits") else "does not fit" if mem.get("fits") is False else "n/a")
-        if mem.get("predicted_peak_memory_gib") is not None:
-            mem_txt += f" ({mem['predicted_peak_memory_gib']:.1f} / {mem.get('gpu_memory_gib') or '?'} GiB)"
-        ev = c["evidence"]
-        spread = ev.get("spread")
-        table.add_row(
-            str(i), f"{c['match']}\nd={c['distance']:.2f}", _label(cfg),
-            f"{m['tokens_per_sec_per_gpu']:,.0f}" if m.get("tokens_per_sec_per_gpu") is not None else "?",
-            f"{100 * m['mfu']:.1f}%" if m.get("mfu") is not None else "?",
-            f"{m['peak_memory_gib']:.1f}" if m.get("peak_memory_gib") is not None else "?",
-            mem_txt,
-            f"{ev['n_runs']} run(s), best #{ev['best_run_id']}"
-            + (f"\nrange {spread['min']:,.0f}–{spread['max']:,.0f}" if spread else ""),
-            f"{c['why']}\n{c['risk']}")
+        p = c["predicted"]
+        lo, hi = p["interval"]
+        pred = f"{p['tokens_per_sec_per_gpu']:,.0f}\n[{lo:,.0f}–{hi:,.0f}]"
+        if c.get("measured"):
+            pred += f"\nmeasured {c['measured']['tokens_per_sec_per_gpu']:,.0f}"
+        ev = []
+        for e in c["evidence"][:2]:
+            where = f"{e['model_size_class']:g}B×{e['nodes']}n"
+            if e["gpu_type"] != t["gpu_type"]:
+                where += f" {e['gpu_type']}"
+            ev.append(f"#{e['run_id']} {where} d={e['distance']:.2f}")
+        table.add_row(str(i), _short(c["config"]), pred, f"{100 * p['mfu']:.1f}%", f"{p['peak_memory_gib']:.0f}",
+                      "\n".join(ev) or "–")
     console.print(table)

@@ -1,0 +1,193 @@
+#!/usr/bin/env python
+"""Leave-one-cell-out check of the recommender and its throughput model (issue 16 item 5).
+
+Data: <data>/nanotron/bench_calibration.csv (the Ultra-Scale Playbook sweep: 1.34B, 3.57B and
+8.86B models on 1, 2, 4 and 8 nodes of 8 H100 = 12 cells), <data> = $SCALEBOOK_SHARED_DATA, else
+<repo>/../shared/data. For each cell:
+1. a fresh DuckDB file is migrated and given every OTHER cell's runs through the real store code
+   (the nanotron importer's parser, service.store.store_runs); the runs with a pipeline made before
+   nanotron's pipeline-engine fix are retired through service.retire (filter pp_min=2,
+   extra.after_pp_fix=false), as a user would;
+2. service.analytics.recommend.recommend is asked for the cell (model size, nodes, H100, seq 4096,
+   1,048,576-token batch), and its top-1 configuration is looked up in the cell's real rows (the
+   same retirement applied): real status (success if any run of it succeeded, else oom/failed,
+   else "not run"), real tokens/s/GPU (its best run), regret against the cell's best, and the
+   prediction's error;
+3. the baseline "nearest node count's best config, DP rescaled" (same model size, nearest node
+   count's best successful run; DP = world/(TP·PP), GAS — and MBS when GAS < 1 — to the batch) is
+   looked up the same way.
+Targets (issue 16): top-1 success and within 5 % of the best in >= 10 of 12 cells; median
+|pred − real|/real <= 10 %; no top-1 that OOMed.
+
+Usage: .venv/bin/python bench/recommend_loo.py [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.memory_accuracy import data_dir  # noqa: E402
+from ingest.parsers import nanotron  # noqa: E402
+from service import retire, store  # noqa: E402
+from service.analytics import recommend as rec  # noqa: E402
+from service.db import Database  # noqa: E402
+
+GPU = "H100-SXM-80GB"
+SEQ, GBT = 4096, 1_048_576
+KEY = ("dp", "tp", "pp", "zero_stage", "micro_batch_size", "grad_accum_steps")
+RETIRE = {"pp_min": 2, "extra.after_pp_fix": False}
+
+
+def load() -> list[dict]:
+    path = data_dir() / "nanotron" / "bench_calibration.csv"
+    result = nanotron.parse_file(path, gpu_type=GPU, gpus_per_node=8)
+    if result.rejects:
+        raise SystemExit(f"{len(result.rejects)} rows of {path} rejected")
+    return result.records
+
+
+def cell_of(r: dict) -> tuple[float, int]:
+    return round(r["model_params"] / 1e9, 2), int(r["nodes"])
+
+
+def retired(r: dict) -> bool:
+    return (r.get("pp") or 1) >= 2 and (r.get("extra") or {}).get("after_pp_fix") is False
+
+
+def lookup(rows: list[dict], cfg: dict) -> tuple[str, float | None]:
+    """(status, best tokens/s/GPU) of `cfg` among a cell's real (not retired) rows."""
+    same = [r for r in rows if all((r.get(k) or (0 if k == "zero_stage" else 1)) == cfg[k] for k in KEY)]
+    ok = [r["tokens_per_sec_per_gpu"] for r in same if r["status"] == "success"]
+    if ok:
+        return "success", max(ok)
+    for status in ("oom", "failed", "timeout", "nccl_error"):
+        if any(r["status"] == status for r in same):
+            return status, None
+    return "not run", None
+
+
+def baseline(cell: tuple[float, int], records: list[dict]) -> dict | None:
+    """The nearest node count's best configuration of the same model size, DP rescaled."""
+    size, nodes = cell
+    others = [r for r in records if cell_of(r)[0] == size and cell_of(r)[1] != nodes
+              and r["status"] == "success" and not retired(r)]
+    if not others:
+        return None
+    near = min({cell_of(r)[1] for r in others}, key=lambda n: (abs(n - nodes) / max(n, nodes), n))
+    best = max((r for r in others if cell_of(r)[1] == near), key=lambda r: r["tokens_per_sec_per_gpu"])
+    world = nodes * 8
+    dp = world // (best["tp"] * best["pp"])
+    mbs = best["micro_batch_size"]
+    while mbs > 1 and GBT // (dp * mbs * SEQ) < 1:
+        mbs //= 2
+    gas = max(1, GBT // (dp * mbs * SEQ))
+    return {"dp": dp, "tp": best["tp"], "pp": best["pp"], "zero_stage": best["zero_stage"] or 0,
+            "micro_batch_size": mbs, "grad_accum_steps": gas, "from_nodes": near}
+
+
+def run_cell(cell: tuple[float, int], records: list[dict], workdir: Path) -> dict:
+    size, nodes = cell
+    train = [r for r in records if cell_of(r) != cell]
+    truth = [r for r in records if cell_of(r) == cell and not retired(r)]
+    best = max(r["tokens_per_sec_per_gpu"] for r in truth if r["status"] == "success")
+    db = Database(f"duckdb:///{workdir / f'loo_{size}_{nodes}.duckdb'}")
+    db.upgrade()
+    db.prepare()
+    try:
+        with db.session(write=True) as s:
+            store.store_runs(s, train, bulk=True)
+        with db.session(write=True) as s:
+            retire.retire(s, None, RETIRE, "before nanotron's pipeline-engine fix")
+        with db.session() as s:
+            answer = rec.recommend(s, rec.Target(model_params=int(size * 1e9), nodes=nodes, gpu_type=GPU,
+                                                 seq_len=SEQ, global_batch_tokens=GBT), k=1)
+    finally:
+        db.dispose()
+    out = {"cell": f"{size:g}B x {nodes}", "best_tps": best, "model": answer["model"]}
+    if answer["candidates"]:
+        top = answer["candidates"][0]
+        cfg = top["config"]
+        status, real = lookup(truth, cfg)
+        pred = top["predicted"]["tokens_per_sec_per_gpu"]
+        out["top1"] = {"config": {k: cfg[k] for k in KEY}, "status": status, "real_tps": real, "pred_tps": pred,
+                       "regret": None if real is None else 1 - real / best,
+                       "pred_err": None if real is None else abs(pred - real) / real}
+    b = baseline(cell, records)
+    if b:
+        status, real = lookup(truth, b)
+        out["baseline"] = {"config": {k: b[k] for k in KEY}, "from_nodes": b["from_nodes"], "status": status,
+                           "real_tps": real, "regret": None if real is None else 1 - real / best}
+    return out
+
+
+def summarise(cells: list[dict]) -> dict:
+    def hits(kind: str) -> int:
+        return sum(1 for c in cells if c.get(kind, {}).get("status") == "success" and c[kind]["regret"] <= 0.05)
+
+    errs = [c["top1"]["pred_err"] for c in cells if c.get("top1", {}).get("pred_err") is not None]
+    return {"cells": len(cells), "top1_within_5pct": hits("top1"), "baseline_within_5pct": hits("baseline"),
+            "top1_oom": sum(1 for c in cells if c.get("top1", {}).get("status") == "oom"),
+            "baseline_oom": sum(1 for c in cells if c.get("baseline", {}).get("status") == "oom"),
+            "median_pred_err": statistics.median(errs) if errs else None}
+
+
+def _cfg(c: dict) -> str:
+    return (f"dp{c['dp']} tp{c['tp']} pp{c['pp']} z{c['zero_stage']} mbs{c['micro_batch_size']} "
+            f"gas{c['grad_accum_steps']}")
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def print_table(cells: list[dict], summary: dict, commit: str) -> None:
+    print(f"commit {commit}; data {data_dir() / 'nanotron' / 'bench_calibration.csv'}\n")
+    print("| cell | best tok/s | top-1 (scalebook) | status | real | pred | regret | pred err "
+          "| baseline (nearest nodes, DP rescaled) | status | regret |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for c in cells:
+        t, b = c.get("top1", {}), c.get("baseline", {})
+        print(f"| {c['cell']} | {c['best_tps']:,.0f} | {_cfg(t['config']) if t else '–'} | {t.get('status', '–')} "
+              f"| {t.get('real_tps') or 0:,.0f} | {t.get('pred_tps') or 0:,.0f} | {_pct(t.get('regret'))} "
+              f"| {_pct(t.get('pred_err'))} | {_cfg(b['config']) if b else '–'} (from {b.get('from_nodes')}) "
+              f"| {b.get('status', '–')} | {_pct(b.get('regret'))} |")
+    s = summary
+    print(f"\ntop-1 success and within 5 % of the cell's best: {s['top1_within_5pct']} of {s['cells']} "
+          f"(target >= 10; baseline {s['baseline_within_5pct']})")
+    print(f"median |pred - real| / real of the top-1: {_pct(s['median_pred_err'])} (target <= 10 %)")
+    print(f"top-1 that OOMed: {s['top1_oom']} (target 0; baseline {s['baseline_oom']})")
+    m = cells[0]["model"]
+    print(f"throughput fit (first cell): {m['status']} on {m['n_runs']} runs / {m['n_configurations']} configurations, "
+          f"held-out (LOO) median error {_pct(m['loo_median_rel_err'])}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    records = load()
+    cells = sorted({cell_of(r) for r in records})
+    with tempfile.TemporaryDirectory() as tmp:
+        results = [run_cell(cell, records, Path(tmp)) for cell in cells]
+    summary = summarise(results)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                            text=True).stdout.strip()
+    if args.json:
+        print(json.dumps({"commit": commit, "cells": results, "summary": summary}, indent=2, default=str))
+    else:
+        print_table(results, summary, commit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

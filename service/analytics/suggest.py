@@ -1,0 +1,94 @@
+"""Next experiments: the configurations worth benchmarking next for a target (DESIGN §4, issue 17).
+
+Candidates are recommend's (service/analytics/recommend.py): every layout valid for the world
+size and the model, adapted exactly to the target batch, predicted to fit by the memory model and
+not ruled out by a recorded OOM — minus every configuration already recorded on this very
+target (any status, not retired). They are ranked by the expected improvement over the best
+recorded run of the target (Jones, Schonlau & Welch 1998, "Efficient Global Optimization of
+Expensive Black-Box Functions", J. Global Optim. 13, eq. 15), on log tokens/s/GPU:
+
+    EI = σ·(z·Φ(z) + φ(z)),  z = (ln μ − ln y*)/σ
+
+μ the throughput model's prediction for the target, y* the best recorded tokens/s/GPU of the
+target (none recorded: the best prediction among the candidates, so EI then prefers confident
+high predictions), σ the prediction's uncertainty: the fit's robust held-out log error (1.4826 × the median
+|leave-one-out log residual|, the MAD estimate of a normal σ), widened by the distance to the
+nearest recorded run of the same layout (× (1 + distance / MAX_WIDEN), at most doubled). A configuration the model is unsure about can therefore
+be worth a run even if its point prediction is below the best.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import sqlalchemy as sa
+from scipy.stats import norm
+from sqlalchemy.orm import Session
+
+from service.analytics import recommend as rec
+from service.tables import Run
+
+
+def best_recorded(session: Session, ctx: dict[str, Any]) -> dict[str, Any] | None:
+    """The best successful, not retired run of the target (size class, nodes, GPU type, seq_len)."""
+    run = session.scalars(
+        sa.select(Run).where(Run.status == "success", Run.retired_at.is_(None), Run.tokens_per_sec_per_gpu > 0,
+                             Run.model_size_class == ctx["size_class"], Run.nodes == ctx["nodes"],
+                             Run.gpu_type == ctx["gpu_type"], Run.seq_len == ctx["seq_len"])
+        .order_by(Run.tokens_per_sec_per_gpu.desc(), Run.id).limit(1)).first()
+    if run is None:
+        return None
+    return {"id": run.id, "tokens_per_sec_per_gpu": run.tokens_per_sec_per_gpu,
+            "config": {f: getattr(run, f) for f in rec.CONFIG_FIELDS}}
+
+
+def expected_improvement(mu: float, best: float, sigma: float) -> float:
+    """EI of a log-normal prediction `mu` (σ in log units) over `best`, as a fraction of `best`."""
+    if sigma <= 0:
+        return max(0.0, math.log(mu / best))
+    z = (math.log(mu) - math.log(best)) / sigma
+    return sigma * (z * norm.cdf(z) + norm.pdf(z))
+
+
+def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, Any]:
+    """The n configurations to benchmark next for `target`, best first (module docstring).
+
+    Returns {"target", "best_recorded": {id, tokens_per_sec_per_gpu, config} | None, "model",
+    "suggestions": [{"config", "predicted": {tokens_per_sec_per_gpu, mfu, peak_memory_gib,
+    interval}, "expected_improvement" (fraction of the best recorded), "why"}], "notes"}.
+    Raises BadRequest for a bad target."""
+    prep = rec.prepare(session, target)
+    best = best_recorded(session, prep.ctx)
+    items = rec.scored(prep, skip=rec.recorded_on_target(session, prep.ctx))
+    sigma0 = prep.fit.loo_log_sigma
+    if not items:
+        return {"target": rec.target_body(prep), "best_recorded": best, "model": prep.fit.describe(),
+                "suggestions": [], "notes": prep.notes + ["no unrecorded configuration is valid for this target"]}
+    y = best["tokens_per_sec_per_gpu"] if best else max(i.predicted["tokens_per_sec_per_gpu"] for i in items)
+    ranked = []
+    for item in items:
+        sigma = sigma0 * (1.0 + item.widen / rec.MAX_WIDEN)
+        ei = expected_improvement(item.predicted["tokens_per_sec_per_gpu"], y, sigma)
+        ranked.append((-ei, tuple(str(item.config[f]) for f in rec.CONFIG_FIELDS), item, ei, sigma))
+    ranked.sort(key=lambda e: e[:2])
+    out: list[dict[str, Any]] = []
+    counts: dict[str, int] = {}
+    for _, _, item, ei, sigma in ranked:  # memory and OOM checks in rank order, until n are found
+        ok = rec.admissible(prep, item, counts)
+        if ok is None:
+            continue
+        mem = ok[0]
+        p = item.predicted
+        ref = f"the best recorded {y:,.0f}" if best else f"the best prediction {y:,.0f} (nothing recorded here yet)"
+        why = (f"predicted {p['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU (±{100 * math.expm1(sigma):.0f} % at 1σ) vs "
+               f"{ref}: expected improvement {100 * ei:.1f} %"
+               + ("" if item.worked else "; a layout not yet run near this target (exploration)"))
+        out.append({"config": item.config,
+                    "predicted": {"tokens_per_sec_per_gpu": p["tokens_per_sec_per_gpu"], "mfu": p["mfu"],
+                                  "peak_memory_gib": mem.predicted_peak_memory_gib, "interval": p["interval"]},
+                    "expected_improvement": ei, "why": why})
+        if len(out) >= n:
+            break
+    return {"target": rec.target_body(prep), "best_recorded": best, "model": prep.fit.describe(),
+            "suggestions": out, "notes": prep.notes}

@@ -1,0 +1,275 @@
+"""Throughput model: predicted tokens/s/GPU and MFU of a configuration nobody ran (DESIGN §4).
+
+Step time of one optimizer step on one GPU, decomposed as in the Ultra-Scale Playbook [UP] and
+Megatron-LM [NA21] (the physical terms and their sources: service/analytics/throughput_terms.py):
+
+    t = t_compute · (1 + a_bubble·(pp−1)/m)             1F1B bubble (p−1)/(m+p−1) of the step [NA21 §2.2]
+        + a_tp · tp_bytes / tp_bw + α_tp · n_tp           exposed TP collectives [NA21 §3.2], [UP TP/SP]:
+                                                          volume and a latency per collective (Hockney α–β)
+        + a_dp · dp_bytes / dp_bw                         exposed DP / ZeRO gradient sync [UP DP, ZeRO]
+        + a_zero · zero_gather_bytes / dp_bw              ZeRO-1/2 parameter all-gather after the step
+        + A_CP · cp_bytes / cp_bw                         exposed ring-attention exchange [UP CP]
+        + pp_bytes / pp_bw                                pipeline point-to-point sends [NA21 §2.2]
+        + c_launch · m · L/pp                             fixed cost per layer and micro-batch
+    t_compute = hw_flops / (peak · eff)
+    eff = e_max · mb/(mb + k_mb) · hs/(hs + k_h)          achieved fraction of the dense peak
+
+mb = b·s/cp tokens per micro-batch and hs = h/tp: the M and K/N of the GPU's matmuls; small
+matmuls reach a smaller fraction of peak ([UP] "the GEMMs get smaller" under TP and small
+micro-batches; the saturating form is the usual roofline-style occupancy curve). A_CP is fixed at
+0.3 (most of the ring exchange overlaps the attention [UP CP]) for lack of CP runs to fit it on.
+
+Then tokens/s/GPU = (global batch tokens / world size) / t and MFU = model FLOPs / (t · peak)
+[PaLM appendix B]. The nine parameters (e_max, k_mb, k_h, a_tp, alpha_tp, a_dp, a_zero, a_bubble, c_launch) are
+fitted by least squares on log(tokens/s) (scipy.optimize.least_squares) to the user's own
+successful, not retired runs with a known precision, per GPU type and framework, aggregated per
+configuration in SQL (each configuration's best recorded tokens/s/GPU: slower repeats are
+contention, a configuration is as fast as it has been shown to run). Runs that recorded their
+collective bandwidths (nanotron's "AllReduce (GB/s)", extra.allreduce_gb_s / ar_intra_node_gb_s)
+are fitted with them; targets take the median recorded at the same (or the nearest) node count,
+else the catalog's link bandwidths (service/hardware.LINKS).
+
+Held-out error: the leave-one-out residuals of the fit, r_i/(1−h_ii) with h the hat matrix of the
+linearised problem (Cook & Weisberg 1982, ch. 3; exact for linear least squares, first-order
+for nonlinear), reported as the median |predicted/real − 1| and used for the interval.
+Too few configurations (< MIN_CONFIGS) → PRIOR (the fit on the Ultra-Scale Playbook sweep's
+H100 nanotron runs, bench/throughput_loo.py), and the answer says so.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from scipy.optimize import least_squares
+from sqlalchemy.orm import Session
+
+from service import hardware
+from service.analytics.throughput_terms import Terms, as_arrays, terms
+from service.tables import Run
+
+PARAMS = ("e_max", "k_mb", "k_h", "a_tp", "alpha_tp", "a_dp", "a_zero", "a_bubble", "c_launch")
+#: the documented prior: the fit on the Ultra-Scale Playbook sweep (bench_calibration.csv, H100
+#: nanotron, runs after the pipeline fix), rounded; used when a group has too few configurations
+PRIOR = {"e_max": 0.58, "k_mb": 1.0, "k_h": 130.0, "a_tp": 0.74, "alpha_tp": 1.3e-4, "a_dp": 1.1, "a_zero": 0.01,
+         "a_bubble": 2.3, "c_launch": 2.6e-3}
+_LOWER = {"e_max": 0.05, "k_mb": 0.0, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "a_dp": 0.0, "a_zero": 0.0, "a_bubble": 0.3,
+          "c_launch": 0.0}
+_UPPER = {"e_max": 1.0, "k_mb": 2e4, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "a_dp": 3.0, "a_zero": 3.0, "a_bubble": 4.0,
+          "c_launch": 0.05}
+A_CP = 0.3
+MIN_CONFIGS = 8
+#: robust (Cauchy) loss of the fit on log(tokens/s), scale 10 %: residuals far beyond it barely count, so a few
+#: pathological runs (a hung pipeline at 1/40 of its siblings) do not drag the fit
+ROBUST_SCALE = 0.1
+ROBUST_LOSS = "cauchy"
+#: default relative half-width of the interval when the fit has no held-out residuals (prior)
+PRIOR_SPREAD = 0.35
+
+#: configuration columns the fit aggregates by (plus the hardware and the model)
+CONFIG_COLS = ("gpu_type", "framework", "precision", "model_params", "num_layers", "hidden_size", "num_heads",
+               "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_len", "nodes", "gpus_per_node", "dp", "tp",
+               "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute",
+               "model_size_class")
+
+
+def step_time(t: dict[str, Any] | Terms, p: dict[str, float]) -> Any:
+    """Step time in seconds (see the module docstring) for terms `t` (one Terms, or as_arrays of
+    many) under parameters `p`. Returns (total, compute, tp, dp, bubble, other) — floats or arrays."""
+    g = t if isinstance(t, dict) else t.__dict__
+    eff = p["e_max"] * g["mb_tokens"] / (g["mb_tokens"] + p["k_mb"]) * g["h_shard"] / (g["h_shard"] + p["k_h"])
+    compute = g["hw_flops"] / (g["peak_flops"] * eff)
+    bubble = compute * p["a_bubble"] * (g["pp"] - 1) / g["micro_batches"]
+    tp = p["a_tp"] * g["tp_bytes"] / g["tp_bw"] + p["alpha_tp"] * g["tp_collectives"]
+    dp = (p["a_dp"] * g["dp_bytes"] + p["a_zero"] * g["zero_gather_bytes"]) / g["dp_bw"]
+    other = (A_CP * g["cp_bytes"] / g["cp_bw"] + g["pp_bytes"] / g["pp_bw"]
+             + p["c_launch"] * g["micro_batches"] * g["layers_local"])
+    return compute + bubble + tp + dp + other, compute, tp, dp, bubble, other
+
+
+@dataclass
+class Fit:
+    """A fitted (or prior) parameter set and what it rests on.
+
+    status: "fitted" | "prior"; reason: why the prior (or a transfer) was used; group: the
+    (gpu_type, framework) fitted on; n_configurations / n_runs: what the fit saw; run_ids: one run
+    per fitted configuration (its first); loo_median_rel_err: median |pred/real − 1| held out;
+    loo_log_q80: 80th percentile of |log(pred/real)| held out (the interval's half-width);
+    loo_log_sigma: 1.4826 × median |log(pred/real)| held out (a robust σ, for /suggest)."""
+
+    params: dict[str, float]
+    status: str
+    group: dict[str, Any]
+    n_configurations: int = 0
+    n_runs: int = 0
+    run_ids: list[int] = field(default_factory=list)
+    loo_median_rel_err: float | None = None
+    loo_log_q80: float = PRIOR_SPREAD
+    loo_log_sigma: float = PRIOR_SPREAD / 1.2816
+    reason: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """The fit as the API shows it."""
+        return {"status": self.status, "gpu_type": self.group.get("gpu_type"),
+                "framework": self.group.get("framework"), "n_configurations": self.n_configurations,
+                "n_runs": self.n_runs, "fitted_on_run_ids": self.run_ids[:50],
+                "loo_median_rel_err": self.loo_median_rel_err, "interval_rel_half_width": math.expm1(self.loo_log_q80),
+                "params": {k: float(f"{v:.4g}") for k, v in self.params.items()}, "reason": self.reason}
+
+
+def _vec(p: dict[str, float]) -> np.ndarray:
+    return np.array([p[k] for k in PARAMS], dtype=float)
+
+
+def _dict(x: np.ndarray) -> dict[str, float]:
+    return {k: float(v) for k, v in zip(PARAMS, x)}
+
+
+def config_terms(row: dict[str, Any]) -> Terms | None:
+    """Terms of an aggregated configuration row (its recorded bandwidths used), None if incomplete."""
+    try:
+        return terms(row, dp_bw_recorded=row.get("allreduce_gb_s"), intra_bw_recorded=row.get("ar_intra_gb_s"))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def fit(rows: list[dict[str, Any]], group: dict[str, Any]) -> Fit:
+    """Least-squares fit of the parameters to configuration rows (load_configs' dicts with
+    `tokens_per_sec_per_gpu`, `n_runs`, `first_id`). Fewer than MIN_CONFIGS usable rows → the
+    PRIOR, with the reason."""
+    usable = [(r, t) for r in rows if (t := config_terms(r)) is not None and r.get("tokens_per_sec_per_gpu")]
+    n_runs = sum(int(r.get("n_runs") or 1) for r, _ in usable)
+    ids = [int(r["first_id"]) for r, _ in usable if r.get("first_id") is not None]
+    if len(usable) < MIN_CONFIGS:
+        return Fit(dict(PRIOR), "prior", group, len(usable), n_runs, ids,
+                   reason=f"{len(usable)} usable configuration(s) < {MIN_CONFIGS}: the documented prior "
+                          "(fit on the Ultra-Scale Playbook sweep, H100 nanotron) is used")
+    arr = as_arrays([t for _, t in usable])
+    y = np.log(np.array([r["tokens_per_sec_per_gpu"] for r, _ in usable], dtype=float))
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        total = step_time(arr, _dict(x))[0]
+        return np.log(arr["tokens_per_gpu"] / total) - y
+
+    lo, hi = _vec(_LOWER), _vec(_UPPER)
+    res = least_squares(residuals, np.clip(_vec(PRIOR), lo, hi), bounds=(lo, hi), x_scale=np.maximum(_vec(PRIOR), 1e-4),
+                        method="trf", loss=ROBUST_LOSS, f_scale=ROBUST_SCALE, max_nfev=200)
+    jac = res.jac
+    hat = np.einsum("ij,jk,ik->i", jac, np.linalg.pinv(jac.T @ jac), jac)
+    loo = res.fun / np.clip(1.0 - hat, 0.05, None)
+    return Fit(_dict(res.x), "fitted", group, len(usable), n_runs, ids,
+               loo_median_rel_err=float(np.median(np.abs(np.expm1(loo)))),
+               loo_log_q80=float(np.quantile(np.abs(loo), 0.8)),
+               loo_log_sigma=float(1.4826 * np.median(np.abs(loo))))
+
+
+def _json_float(key: str) -> sa.ColumnElement:
+    return Run.extra[key].as_float()
+
+
+def load_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -> list[dict[str, Any]]:
+    """Successful, not retired runs with a known precision and a tokens/s/GPU, aggregated per
+    configuration (CONFIG_COLS) in SQL: n_runs, best tokens_per_sec_per_gpu, first run id, mean
+    recorded all-reduce bandwidths (GB/s; None when no run recorded them). Thousands of rows for a
+    million runs. `exclude`: an extra SQL condition on runs to leave out (tests, bench)."""
+    cols = [getattr(Run, c) for c in CONFIG_COLS]
+    where = [Run.status == "success", Run.retired_at.is_(None), Run.precision.is_not(None),
+             Run.tokens_per_sec_per_gpu > 0, Run.seq_len.is_not(None), Run.micro_batch_size.is_not(None),
+             Run.grad_accum_steps.is_not(None), Run.model_size_class.is_not(None)]
+    if exclude is not None:
+        where.append(sa.not_(exclude))
+    query = (sa.select(*cols, sa.func.count().label("n_runs"),
+                       sa.func.max(Run.tokens_per_sec_per_gpu).label("tokens_per_sec_per_gpu"),
+                       sa.func.min(Run.id).label("first_id"),
+                       sa.func.max(Run.peak_memory_gib).label("peak_memory_gib"),
+                       sa.func.avg(_json_float("allreduce_gb_s")).label("allreduce_gb_s"),
+                       sa.func.avg(_json_float("ar_intra_node_gb_s")).label("ar_intra_gb_s"))
+             .where(*where).group_by(*cols))
+    return [dict(r._mapping) for r in session.execute(query)]
+
+
+class Model:
+    """Fits per (gpu_type, framework) over one request's configuration rows, made on demand.
+
+    Built per request from load_configs (the database is the only state; nothing is kept)."""
+
+    def __init__(self, rows: list[dict[str, Any]]):
+        self.rows = rows
+        self._fits: dict[tuple, Fit] = {}
+        self._bw: dict[tuple, tuple[float | None, float | None, str]] = {}
+
+    def fit_for(self, gpu_type: str | None, framework: str | None) -> Fit:
+        """The fit for a target GPU type and framework: the runs of that pair; else the same
+        framework on the GPU type with the most configurations (transferred through the peak and
+        link-bandwidth ratios of the catalog, and said so); else every run; else the prior."""
+        key = (gpu_type, framework)
+        if key in self._fits:
+            return self._fits[key]
+        same = [r for r in self.rows if r["gpu_type"] == gpu_type and r["framework"] == framework]
+        result = fit(same, {"gpu_type": gpu_type, "framework": framework})
+        if result.status == "prior":
+            by_gpu: dict[str, list[dict[str, Any]]] = {}
+            for r in self.rows:
+                if r["framework"] == framework and r["gpu_type"] != gpu_type:
+                    by_gpu.setdefault(r["gpu_type"], []).append(r)
+            if by_gpu:
+                other = max(by_gpu, key=lambda g: (len(by_gpu[g]), g))
+                moved = fit(by_gpu[other], {"gpu_type": other, "framework": framework})
+                if moved.status == "fitted":
+                    moved.reason = (f"{len(same)} configuration(s) of {framework} on {gpu_type}: fitted on "
+                                    f"{other} runs and carried to {gpu_type} through the catalog's peak "
+                                    "FLOP/s and link bandwidths")
+                    moved.loo_log_q80 *= 1.5
+                    moved.loo_log_sigma *= 1.5
+                    result = moved
+        self._fits[key] = result
+        return result
+
+    def bandwidths(self, gpu_type: str | None, nodes: int) -> tuple[float | None, float | None, str]:
+        """Median recorded (inter-node all-reduce, intra-node all-reduce) GB/s of `gpu_type`'s runs
+        at `nodes` nodes, else at the nearest node count that recorded them; (None, None) → catalog."""
+        if (gpu_type, nodes) not in self._bw:
+            self._bw[(gpu_type, nodes)] = self._bandwidths(gpu_type, nodes)
+        return self._bw[(gpu_type, nodes)]
+
+    def _bandwidths(self, gpu_type: str | None, nodes: int) -> tuple[float | None, float | None, str]:
+        by_nodes: dict[int, tuple[list[float], list[float]]] = {}
+        for r in self.rows:
+            if r["gpu_type"] == gpu_type and r["nodes"] and (r["allreduce_gb_s"] or r["ar_intra_gb_s"]):
+                inter, intra = by_nodes.setdefault(int(r["nodes"]), ([], []))
+                if r["allreduce_gb_s"]:
+                    inter.append(float(r["allreduce_gb_s"]))
+                if r["ar_intra_gb_s"]:
+                    intra.append(float(r["ar_intra_gb_s"]))
+        if not by_nodes:
+            return None, None, "catalog link bandwidths (no run recorded its collective bandwidths)"
+        near = min(by_nodes, key=lambda n: (abs(math.log(n / nodes)), -n))
+        inter, intra = by_nodes[near]
+        return (statistics.median(inter) if inter else None, statistics.median(intra) if intra else None,
+                f"median all-reduce bandwidth recorded at {near} node(s)"
+                + ("" if near == nodes else f" (none recorded at {nodes})"))
+
+    def predict(self, cfg: dict[str, Any], framework: str | None, *, widen: float = 0.0) -> dict[str, Any]:
+        """Prediction for configuration `cfg` (run-record fields, with the target's model, seq_len,
+        nodes, gpus_per_node, gpu_type, precision): tokens_per_sec_per_gpu, mfu, step_time_s, the
+        step-time breakdown (s), interval [lo, hi] of tokens/s/GPU, the fit it came from.
+        `widen`: extra relative uncertainty for extrapolation (the evidence's distance).
+        Raises ValueError when the config cannot be costed (unknown GPU, missing seq_len)."""
+        gpu = hardware.canonical_gpu_type(cfg.get("gpu_type"))
+        f = self.fit_for(gpu, framework)
+        inter, intra, bw_source = self.bandwidths(gpu, int(cfg.get("nodes") or 1))
+        t = terms(cfg, dp_bw_recorded=inter, intra_bw_recorded=intra)
+        total, compute, tp, dp, bubble, other = step_time(t, f.params)
+        tps = t.tokens_per_gpu / total
+        half = f.loo_log_q80 * (1.0 + widen)
+        return {"tokens_per_sec_per_gpu": tps, "mfu": t.model_flops / (total * t.peak_flops),
+                "step_time_s": total,
+                "breakdown_s": {"compute": compute, "pipeline_bubble": bubble, "tp_comm": tp, "dp_comm": dp,
+                                "other": other},
+                "interval": [tps * math.exp(-half), tps * math.exp(half)],
+                "bandwidth_source": bw_source if t.dp_bytes else None,
+                "fit": (f.group.get("gpu_type"), f.group.get("framework"), f.status)}

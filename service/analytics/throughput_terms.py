@@ -1,0 +1,186 @@
+"""The physical terms of one training step, before any fitted parameter (DESIGN §4, throughput model).
+
+For one configuration on one GPU type this computes, per GPU and per optimizer step: the FLOPs,
+the bytes each collective moves, the link bandwidth it moves them over, and the pipeline bubble.
+service/analytics/throughput.py turns these terms into a step time with a handful of fitted
+parameters. Sources, cited again at each formula:
+
+- [UP]  The Ultra-Scale Playbook (Tazi et al. 2025, https://huggingface.co/spaces/nanotron/ultrascale-playbook):
+        "Data Parallelism" (ring all-reduce of the gradients, overlap with the backward pass),
+        "ZeRO" (stage 1/2: reduce-scatter + all-gather, same volume as an all-reduce; stage 3: one
+        more all-gather of the parameters in the backward pass), "Tensor Parallelism" and
+        "Sequence Parallelism" (per layer, forward and backward, two all-reduces — or all-gather +
+        reduce-scatter pairs — of the s·b·h activations), "Context Parallelism" (ring attention:
+        K/V blocks passed around the ring), "Pipeline Parallelism" (1F1B bubble).
+- [NA21] Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
+        Using Megatron-LM", arXiv 2104.04473: §2.2 the 1F1B bubble fraction (p−1)/(m+p−1) of the
+        step, §3.2 TP communication 4 all-reduces per layer per micro-batch in forward+backward,
+        §3.3 the end-to-end FLOPs per iteration 96·B·s·l·h²(1 + s/6h + V/16lh) ≈ (6N + 12·l·h·s)
+        per token, and the recomputation's extra forward pass (8N instead of 6N).
+- [PaLM] Chowdhery et al. 2022, arXiv 2204.02311, appendix B: model FLOPs per token 6N + 12·L·h·s
+        (service/derive.flops_per_token, the one copy of that rule).
+- NCCL's performance notes (NVIDIA/nccl-tests doc/PERFORMANCE.md): ring all-reduce moves
+        2(n−1)/n of the buffer through each GPU's link ("bus bandwidth"); all-gather and
+        reduce-scatter (n−1)/n. Recorded bandwidths (nanotron's bench "AllReduce (GB/s)") are
+        bus bandwidths and are used as such.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from service import hardware
+from service.analytics.memory import _Model, _resolve_model
+from service.derive import flops_per_token
+
+_BF16 = 2
+
+
+@dataclass(frozen=True)
+class Terms:
+    """Per GPU, per optimizer step. FLOPs in FLOP, bytes in bytes, bandwidths in bytes/s.
+
+    hw_flops: FLOPs the GPU executes (model FLOPs, plus the recomputed forward with full
+        recompute); model_flops: 6N + 12·L·h·s per token share (for MFU);
+    peak_flops: dense peak at the run's precision (hardware catalog);
+    mb_tokens: tokens in one micro-batch on one GPU (b·s/cp) — the M of its matmuls;
+    h_shard: hidden size over TP — the N/K of its matmuls;
+    micro_batches: m = GAS; layers_local: L/pp; pp: pipeline depth;
+    tp_bytes, tp_bw: TP collective volume through each GPU's link and the link's bandwidth;
+    tp_collectives: how many TP collectives the step launches (each pays a latency: Hockney's
+        α–β model, Hockney 1994, "The communication challenge for MPP");
+    dp_bytes, dp_bw: DP/ZeRO collective volume and bandwidth (recorded when the run carries it);
+    zero_gather_bytes: ZeRO-1/2's all-gather of the updated parameter shards after the optimizer
+        step — part of dp_bytes, but it cannot overlap the backward pass as DDP's bucketed
+        all-reduce does ([UP "ZeRO-1"]: "an all-gather after the optimizer step");
+    cp_bytes, cp_bw, pp_bytes, pp_bw: context-parallel ring and pipeline point-to-point traffic;
+    tokens_per_gpu: global batch tokens / world size.
+    """
+
+    hw_flops: float
+    model_flops: float
+    peak_flops: float
+    mb_tokens: float
+    h_shard: float
+    micro_batches: int
+    layers_local: float
+    pp: int
+    tp_bytes: float
+    tp_bw: float
+    tp_collectives: float
+    dp_bytes: float
+    dp_bw: float
+    zero_gather_bytes: float
+    cp_bytes: float
+    cp_bw: float
+    pp_bytes: float
+    pp_bw: float
+    tokens_per_gpu: float
+    dp_bw_source: str
+
+
+def _int(cfg: dict[str, Any], key: str, default: int = 1) -> int:
+    value = cfg.get(key)
+    return default if value in (None, "") else int(value)
+
+
+def model_dims(cfg: dict[str, Any]) -> _Model:
+    """The model's dims (reported, else inferred from model_params as the memory model does)."""
+    return _resolve_model(cfg, [])
+
+
+def world_layout(cfg: dict[str, Any]) -> tuple[int, int, int, int, int]:
+    """(dp, tp, pp, cp, gpus_per_node) of a config; dp from the world size when missing."""
+    tp, pp, cp = _int(cfg, "tp"), _int(cfg, "pp"), _int(cfg, "cp")
+    gpn = _int(cfg, "gpus_per_node", 8)
+    dp = cfg.get("dp") or max(1, (_int(cfg, "nodes") * gpn) // (tp * pp * cp))
+    return int(dp), tp, pp, cp, gpn
+
+
+def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
+          intra_bw_recorded: float | None = None) -> Terms:
+    """The step's physical terms for config `cfg` (run-record field names: model_params or dims,
+    seq_len, nodes, gpus_per_node, gpu_type, precision, dp, tp, pp, cp, zero_stage,
+    micro_batch_size, grad_accum_steps, recompute).
+
+    dp_bw_recorded / intra_bw_recorded: the all-reduce bus bandwidths (GB/s) the run measured
+    across its nodes / inside a node (nanotron "AllReduce (GB/s)", "AR Intra-node (GB/s)"); when
+    None, the catalog's link bandwidths are used. Raises ValueError naming a missing field (no
+    seq_len, unknown gpu_type, micro_batch_size or grad_accum_steps missing).
+    """
+    acc = hardware.lookup(cfg.get("gpu_type"))
+    if acc is None:
+        raise ValueError(f"gpu_type: {cfg.get('gpu_type')!r} is not in the hardware catalog")
+    seq = cfg.get("seq_len")
+    if not seq:
+        raise ValueError("seq_len: required")
+    mbs, gas = cfg.get("micro_batch_size"), cfg.get("grad_accum_steps")
+    if not mbs or not gas:
+        raise ValueError("micro_batch_size and grad_accum_steps: required")
+    model = model_dims(cfg)
+    dp, tp, pp, cp, gpn = world_layout(cfg)
+    world = dp * tp * pp * cp
+    n_params = cfg.get("model_params") or model.total_params()
+    zero = _int(cfg, "zero_stage", 0)
+    precision = hardware.canonical_precision(cfg.get("precision")) or "bf16"
+    peak = (hardware.peak_tflops(acc.name, precision) or 0.0) * 1e12
+    gbt = dp * mbs * gas * seq
+
+    # FLOPs [PaLM][NA21 §3.3]: per token (6N + 12·L·h·s); full recompute adds one forward pass
+    # (2N + 4·L·h·s: [NA21] "8N instead of 6N"); the work is split evenly over all world GPUs
+    fpt, _ = flops_per_token(n_params, model.layers, model.h, seq)
+    hfpt = fpt * (8.0 / 6.0) if cfg.get("recompute") == "full" else fpt
+    tokens_per_gpu = gbt / world
+
+    # TP [NA21 §3.2][UP "Tensor Parallelism"]: per layer and micro-batch 2 collectives forward,
+    # 2 backward (3 forward with full recompute), each over the b·s·h bf16 activations
+    # (s/cp with CP); ring all-reduce moves 2(t−1)/t of it through every link (NCCL)
+    layers_local = model.layers / pp
+    act = mbs * seq / cp * model.h * _BF16
+    n_coll = 6 if cfg.get("recompute") == "full" else 4
+    tp_bytes = n_coll * 2 * (tp - 1) / tp * act * layers_local * gas if tp > 1 else 0.0
+    tp_bw = acc.nvlink_gb_s * 1e9 if tp <= gpn else acc.network_gb_s * 1e9
+    tp_collectives = n_coll * layers_local * gas if tp > 1 else 0.0
+
+    # DP / ZeRO [UP "Data Parallelism", "ZeRO"]: the local gradients (N/(tp·pp)) all-reduced in
+    # bf16 once per step over dp·cp ranks (2(n−1)/n); ZeRO-1/2 reduce-scatter + all-gather = the
+    # same volume; ZeRO-3 one more all-gather of the params in the backward pass (1.5×, ZeRO §7)
+    n_dp = dp * cp
+    local = n_params / (tp * pp)
+    dp_bytes = 2 * (n_dp - 1) / n_dp * local * _BF16 if n_dp > 1 else 0.0
+    zero_gather = (n_dp - 1) / n_dp * local * _BF16 if zero in (1, 2) and n_dp > 1 else 0.0
+    if zero == 3:
+        dp_bytes *= 1.5
+    crosses = tp * cp * dp > gpn
+    if crosses:
+        dp_bw = (dp_bw_recorded or acc.network_gb_s) * 1e9
+        source = "recorded" if dp_bw_recorded else "catalog network"
+    else:
+        dp_bw = (intra_bw_recorded or acc.nvlink_gb_s) * 1e9
+        source = "recorded intra-node" if intra_bw_recorded else "catalog NVLink"
+
+    # CP [UP "Context Parallelism"]: ring attention passes each K,V block around the ring,
+    # (cp−1) steps of b·(s/cp)·2·kv_dim bf16 per layer forward, twice that backward
+    kv_dim = model.kv * model.head_dim
+    cp_bytes = 3 * (cp - 1) * mbs * seq / cp * 2 * kv_dim * _BF16 * layers_local * gas if cp > 1 else 0.0
+    cp_bw = acc.nvlink_gb_s * 1e9 if tp * cp <= gpn else acc.network_gb_s * 1e9
+
+    # PP [NA21 §2.2]: each micro-batch's activations cross every stage boundary forward and
+    # their gradients backward (point-to-point); stages sit on other nodes once tp·cp·pp > gpn
+    pp_bytes = 2 * act / tp * gas if pp > 1 else 0.0
+    pp_bw = acc.nvlink_gb_s * 1e9 if tp * cp * pp <= gpn else acc.network_gb_s * 1e9
+    return Terms(hw_flops=hfpt * tokens_per_gpu, model_flops=fpt * tokens_per_gpu, peak_flops=peak,
+                 mb_tokens=mbs * seq / cp, h_shard=model.h / tp, micro_batches=int(gas),
+                 layers_local=layers_local, pp=pp, tp_bytes=tp_bytes, tp_bw=tp_bw,
+                 tp_collectives=tp_collectives, dp_bytes=dp_bytes,
+                 dp_bw=dp_bw, zero_gather_bytes=zero_gather, cp_bytes=cp_bytes, cp_bw=cp_bw, pp_bytes=pp_bytes, pp_bw=pp_bw,
+                 tokens_per_gpu=tokens_per_gpu, dp_bw_source=source)
+
+
+def as_arrays(rows: list[Terms]) -> dict[str, Any]:
+    """Terms of many configurations as numpy arrays (one per field), for the vectorised fit."""
+    import numpy as np
+
+    fields = [f for f in Terms.__dataclass_fields__ if f != "dp_bw_source"]
+    return {f: np.array([getattr(t, f) for t in rows], dtype=float) for f in fields}

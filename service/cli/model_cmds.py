@@ -1,0 +1,127 @@
+"""`scalebook retire` / `unretire` (take runs out of, or back into, every analytic) and
+`scalebook suggest` (the configurations to benchmark next)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from service.cli.analytics import _short
+from service.cli.base import Api, ApiError, app, console, fail, fetch, print_json
+
+
+def _selection(ids: list[int] | None, where: list[str] | None) -> dict[str, Any]:
+    """--id N (repeatable) and --where key=value (repeatable; the value is read as JSON when it
+    parses — false, 2, "x" — else kept as text): the request's ids and filter."""
+    body: dict[str, Any] = {}
+    if ids:
+        body["ids"] = ids
+    if where:
+        filt: dict[str, Any] = {}
+        for item in where:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                fail(f"--where {item!r}: expected key=value, e.g. extra.after_pp_fix=false or pp_min=2")
+            try:
+                filt[key] = json.loads(value)
+            except ValueError:
+                filt[key] = value
+        body["filter"] = filt
+    return body
+
+
+def _send(path: str, body: dict[str, Any], as_json: bool) -> None:
+    status, answer = Api().post(path, body)
+    if status >= 400:
+        err = ApiError(status, answer)
+        fail(str(err))
+    if as_json:
+        print_json(answer)
+    else:
+        shown = ", ".join(f"#{i}" for i in answer["ids"][:20]) + (" …" if answer["changed"] > 20 else "")
+        console.print(f"{answer['changed']} run(s) changed{': ' + shown if answer['changed'] else ''}")
+
+
+@app.command()
+def retire(
+    reason: str = typer.Option(..., "--reason", help="why (kept with the runs)"),
+    ids: list[int] = typer.Option(None, "--id", help="a run id (repeatable)"),
+    where: list[str] = typer.Option(None, "--where", help="filter key=value (repeatable): a run column, "
+                                    "<int column>_min/_max, or extra.<key>; e.g. extra.after_pp_fix=false"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Retire runs: kept and queryable, but left out of every analytic (heatmap, recommend,
+    suggest, scaling, plan, regressions, the throughput model's fit)."""
+    _send("/runs/retire", {**_selection(ids, where), "reason": reason}, as_json)
+
+
+@app.command()
+def unretire(
+    ids: list[int] = typer.Option(None, "--id", help="a run id (repeatable)"),
+    where: list[str] = typer.Option(None, "--where", help="filter key=value (repeatable), as for retire"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Bring retired runs back into the analytics."""
+    _send("/runs/unretire", _selection(ids, where), as_json)
+
+
+@app.command()
+def suggest(
+    model: str = typer.Option(..., "--model", help="model size: 8B, 1.34B, 8e9"),
+    nodes: int = typer.Option(..., "--nodes"),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
+    gpu_type: str = typer.Option(None, "--gpu-type"),
+    seq_len: int = typer.Option(None, "--seq-len"),
+    global_batch_tokens: int = typer.Option(None, "--global-batch-tokens"),
+    n: int = typer.Option(5, "-n", help="how many configurations"),
+    as_json: bool = typer.Option(False, "--json", help="print the API's JSON"),
+    fmt: str = typer.Option("table", "--format", help="table | csv (one config per line, for a sweep launcher)"),
+) -> None:
+    """The configurations worth benchmarking next for a target (expected improvement over the
+    best recorded run under the throughput model)."""
+    if fmt not in ("table", "csv"):
+        fail(f"--format {fmt!r}: table or csv")
+    body = fetch("/suggest", as_json, model_params=model, nodes=nodes, gpus_per_node=gpus_per_node,
+                 gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, n=n)
+    if body is None:
+        return
+    if fmt == "csv":
+        write_csv(body)
+        return
+    t, best = body["target"], body["best_recorded"]
+    console.print(f"target: {t['model_size_class']:g}B on {t['nodes']} × {t['gpus_per_node']} {t['gpu_type']}, "
+                  f"seq {t['seq_len']}, batch {t['global_batch_tokens']:,} tokens")
+    console.print(f"best recorded: {best['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU (run #{best['id']})" if best
+                  else "best recorded: none on this target yet")
+    if not body["suggestions"]:
+        console.print("nothing to suggest: " + "; ".join(body.get("notes") or []))
+        return
+    table = Table(show_lines=True)
+    for col, kw in (("#", {}), ("config", {"max_width": 22}), ("predicted tok/s/GPU", {"max_width": 16}),
+                    ("EI", {}), ("mem GiB", {}), ("why", {"max_width": 26})):
+        table.add_column(col, **kw)
+    for i, s in enumerate(body["suggestions"], 1):
+        p = s["predicted"]
+        lo, hi = p["interval"]
+        table.add_row(str(i), _short(s["config"]), f"{p['tokens_per_sec_per_gpu']:,.0f}\n[{lo:,.0f}–{hi:,.0f}]",
+                      f"{100 * s['expected_improvement']:.1f}%", f"{p['peak_memory_gib']:.0f}", s["why"])
+    console.print(table)
+
+
+_CSV_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
+
+
+def write_csv(body: dict[str, Any]) -> None:
+    """One suggested config per row (the run-record field names), with its prediction."""
+    out = csv.writer(sys.stdout, lineterminator="\n")
+    out.writerow(["rank", *_CSV_FIELDS, "predicted_tokens_per_sec_per_gpu", "predicted_mfu",
+                  "predicted_peak_memory_gib", "expected_improvement"])
+    for i, s in enumerate(body["suggestions"], 1):
+        p = s["predicted"]
+        out.writerow([i, *(s["config"][f] for f in _CSV_FIELDS), f"{p['tokens_per_sec_per_gpu']:.1f}",
+                      f"{p['mfu']:.4f}", f"{p['peak_memory_gib']:.2f}", f"{s['expected_improvement']:.4f}"])
