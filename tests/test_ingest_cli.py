@@ -38,7 +38,7 @@ def test_sync_replays_the_spool_then_has_nothing_left(live_api, tmp_path, monkey
                                 for i in range(3)] + [{"name": "bad", "mfu": 7.0}])
     assert result.status == "spooled" and offline.pending() == 4
 
-    first = invoke_json("sync")
+    first = invoke_json("sync", code=1)  # one run was rejected: exit 1, like every importer
     assert (first["replayed"], first["already_present"], first["rejected"], first["remaining"]) == (3, 0, 1, 0)
     assert first["spool"] == str(tmp_path / "spool.jsonl")
     assert sorted(r["name"] for r in all_runs(live_api)) == ["spooled-0", "spooled-1", "spooled-2"]

@@ -40,7 +40,8 @@ def sync(
 ) -> None:
     """Replay runs the push client spooled while the API was unreachable (exactly once: run keys).
 
-    Exits 1 when runs remain in the spool (the API is still unreachable)."""
+    Exits 1 when runs remain in the spool (the API is still unreachable) or when the server
+    rejected any (they are in the rejects file named above), like every importer."""
     from ingest.client import Client
 
     client = Client(spool_dir=spool_dir, deadline_s=deadline, timeout_s=timeout)
@@ -54,7 +55,7 @@ def sync(
             console.print(f"  rejected runs and the server's reasons are in {client.rejects_path}")
         if result.error:
             console.print(f"  stopped: {result.error}")
-    if result.remaining:
+    if result.remaining or result.rejected:
         raise typer.Exit(1)
 
 
