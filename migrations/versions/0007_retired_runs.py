@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0007'
-down_revision = '0005'
+down_revision = '0006'
 branch_labels = None
 depends_on = None
 
