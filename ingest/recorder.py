@@ -60,7 +60,7 @@ import logging
 import os
 import time
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -199,7 +199,7 @@ class Recorder:
                 log.exception("scalebook: push failed")
         return self.record
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self.finish(exc if exc_type is not None and not _clean_exit(exc) else None)
         return False  # re-raise whatever left the block
 
@@ -263,7 +263,7 @@ class Recorder:
         for key, value in defaults.items():
             if rec.get(key) is None and value is not None:
                 rec[key] = value
-        seconds = (self._t_last - self._t_start) if self.timed_steps and self._t_start is not None else 0.0
+        seconds = (self._t_last - self._t_start) if self._t_last is not None and self._t_start is not None else 0.0
         peak, reserved = self._memory()
         extra: dict[str, Any] = {"warmup_steps": self.warmup_steps, "steps": self.steps,
                                  "timed_steps": self.timed_steps}

@@ -16,14 +16,15 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ingest import Client  # noqa: E402
+from ingest import Client
 
 # The model every job trains; tests assert these numbers.
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN, VOCAB = 2, 32, 4, 2, 64, 128

@@ -20,8 +20,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("lightning")
 pytest.importorskip("accelerate")
 
-import integration_jobs as jobs  # noqa: E402
-from conftest import REPO  # noqa: E402
+import integration_jobs as jobs
+from conftest import REPO
 
 JOB_SCRIPT = REPO / "tests" / "integration_jobs.py"
 

@@ -30,10 +30,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import accelerate
-from accelerate.tracking import GeneralTracker
+import accelerate  # type: ignore[import-untyped]
+from accelerate.tracking import GeneralTracker  # type: ignore[import-untyped]
 
-from ingest.integrations.common import TrainingRun, accelerate_fields, dtype_precision, recompute_of
+from ingest.integrations.common import (
+    TrainingRun,
+    accelerate_fields,
+    dtype_precision,
+    recompute_of,
+)
 from ingest.record import ALIASES, REPORTED_FIELDS
 
 _NOT_CONFIG = {"run_key", "status", "tokens_per_sec_per_gpu", "step_time_s", "peak_memory_gib", "reserved_memory_gib",
@@ -95,7 +100,7 @@ class ScalebookTracker(GeneralTracker):
             launcher["precision"] = dtype_precision(self._model)
         if self._model is None:  # a watched model's forwards per step are measured instead
             try:
-                from accelerate.state import GradientState
+                from accelerate.state import GradientState  # type: ignore[import-untyped]
 
                 if GradientState._shared_state:
                     launcher["grad_accum_steps"] = GradientState().num_steps

@@ -59,7 +59,8 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("scalebook.integrations")
 
@@ -116,9 +117,9 @@ def config_fields(config: Any) -> dict[str, Any]:
                 if value is not None and name not in out:
                     out[name] = value
                     break
-    name = getattr(config, "name_or_path", None) or getattr(config, "_name_or_path", None)
-    if isinstance(name, str) and name:
-        out["model_name"] = name
+    model_name = getattr(config, "name_or_path", None) or getattr(config, "_name_or_path", None)
+    if isinstance(model_name, str) and model_name:
+        out["model_name"] = model_name
     return out
 
 
@@ -182,7 +183,7 @@ def accelerate_fields() -> dict[str, Any]:
     nothing), grad accumulation and micro-batch from a DeepSpeed config with plain integers.
     Empty when accelerate is missing or its state was never initialised."""
     try:
-        from accelerate.state import AcceleratorState, PartialState
+        from accelerate.state import AcceleratorState, PartialState  # type: ignore[import-untyped]
     except ImportError:
         return {}
     if not AcceleratorState._shared_state or not PartialState._shared_state:
@@ -416,7 +417,7 @@ class _Guard:
         for run in list(self.runs):
             try:
                 run.finish(exc, deadline_s=deadline_s)
-            except Exception:  # noqa: BLE001 - the process is going away: log, never raise here
+            except Exception:
                 log.exception("scalebook: could not record the interrupted run")
 
     def _excepthook(self, exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
