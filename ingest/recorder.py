@@ -199,6 +199,11 @@ class Recorder:
                 log.exception("scalebook: push failed")
         return self.record
 
+    @property
+    def finished(self) -> bool:
+        """True once :meth:`finish` ran (the record is built and, on rank 0, pushed)."""
+        return self._finished
+
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self.finish(exc if exc_type is not None and not _clean_exit(exc) else None)
         return False  # re-raise whatever left the block

@@ -135,3 +135,58 @@ def test_sigterm_mid_run_leaves_a_failed_run(framework, live_api, tmp_path):
     assert run["status"] == "failed" and run["error_class"] == "unknown", run
     assert "SIGTERM" in run["error_message"]
     assert run["hidden_size"] == jobs.HIDDEN and run["grad_accum_steps"] == jobs.GAS
+
+
+# ---------------------------------------------------------------------- readers, without training
+def test_zero_stage_of_fsdp_and_deepspeed_settings():
+    from torch.distributed.fsdp import ShardingStrategy
+
+    from ingest.integrations.common import deepspeed_zero_stage, fsdp_zero_stage
+
+    # torch.distributed.fsdp.ShardingStrategy docs: what each strategy shards
+    assert fsdp_zero_stage(ShardingStrategy.FULL_SHARD) == 3
+    assert fsdp_zero_stage(ShardingStrategy.SHARD_GRAD_OP) == 2
+    assert fsdp_zero_stage(ShardingStrategy.NO_SHARD) == 0
+    assert fsdp_zero_stage(ShardingStrategy.HYBRID_SHARD) == 3
+    assert fsdp_zero_stage("shard_grad_op") == 2
+    assert fsdp_zero_stage(True, version=2) == 3 and fsdp_zero_stage(False, version=2) == 2
+    assert deepspeed_zero_stage({"zero_optimization": {"stage": 3}}) == 3
+    assert deepspeed_zero_stage({"zero_optimization": {"stage": "auto"}}) is None  # not a stage: NULL
+    assert deepspeed_zero_stage({"train_micro_batch_size_per_gpu": 1}) is None
+
+
+def test_lightning_strategy_fields():
+    from lightning.pytorch.strategies import DDPStrategy, FSDPStrategy
+
+    from ingest.integrations.lightning_callback import strategy_fields
+
+    assert strategy_fields(FSDPStrategy(sharding_strategy="SHARD_GRAD_OP")) == {"zero_stage": 2}
+    assert strategy_fields(FSDPStrategy(sharding_strategy="FULL_SHARD"))["zero_stage"] == 3
+    assert strategy_fields(DDPStrategy()) == {"zero_stage": 0}
+
+
+def test_model_fields_leave_out_what_the_config_does_not_state():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from ingest.integrations.common import model_fields
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=100, n_positions=32))
+    fields = model_fields(model)
+    assert (fields["num_layers"], fields["hidden_size"], fields["num_heads"], fields["vocab_size"]) == (2, 32, 4, 100)
+    # GPT-2 states no KV-head count and no FFN width (n_inner=None means "4h" by convention): not guessed
+    assert "num_kv_heads" not in fields and "ffn_hidden_size" not in fields
+    assert fields["model_params"] == sum(p.numel() for p in model.parameters())
+
+
+def test_batch_shape_counts_token_ids_only():
+    import torch
+
+    from ingest.integrations.common import batch_shape
+
+    ids = torch.zeros(3, 7, dtype=torch.long)
+    assert batch_shape(ids) == (3, 7)
+    assert batch_shape({"input_ids": ids, "labels": ids}) == (3, 7)
+    assert batch_shape((ids, ids)) == (3, 7)
+    assert batch_shape({"inputs_embeds": torch.zeros(2, 5, 16)}) == (2, 5)
+    assert batch_shape(torch.zeros(3, 7)) is None  # float features are not tokens
+    assert batch_shape({"pixel_values": torch.zeros(2, 3, 8, 8)}) is None

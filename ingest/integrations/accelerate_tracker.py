@@ -50,7 +50,8 @@ class ScalebookTracker(GeneralTracker):
 
     Args:
         run_fields: DESIGN §2 fields to add or override (name, model_name, gpu_type, seq_len, ...).
-        model: the model to watch (dimensions, parameter count, tokens per forward); optional.
+        model: the model to watch (dimensions, parameter count, tokens per forward); optional. Give
+            it before ``accelerator.prepare``: an FSDP1-wrapped model's parameters are local shards.
         client: :class:`ingest.Client` (default: SCALEBOOK_API_URL / SCALEBOOK_TOKEN / spool).
         warmup_steps: leading optimizer steps not timed.
         push: False to only build the record (``tracker.record``).

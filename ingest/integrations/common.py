@@ -330,7 +330,7 @@ class TrainingRun:
     @property
     def is_open(self) -> bool:
         """True between :meth:`start` and :meth:`finish`."""
-        return self.recorder is not None and self.record is None and not self.recorder._finished
+        return self.recorder is not None and self.record is None and not self.recorder.finished
 
     def start(self) -> None:
         """Training begins: start the Recorder and arm the process guard."""

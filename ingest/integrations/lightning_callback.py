@@ -15,9 +15,9 @@ Recorded (never a guess: what Lightning does not state is left out)
 * from the strategy: ``zero_stage`` (DeepSpeed config's stage; FSDP sharding strategy: FULL_SHARD
   3, SHARD_GRAD_OP 2; DDP / single device 0), ``tp`` of a ModelParallelStrategy, ``recompute``
   "full" when FSDP activation checkpointing is set;
-* from the model: the dimensions and parameter count of the first submodule with a transformers
-  style ``config`` (else the LightningModule's parameter count), and ``recompute`` from its
-  ``is_gradient_checkpointing``;
+* from the model, read in ``setup`` before the strategy wraps or shards it: the dimensions and
+  parameter count of the first submodule with a transformers style ``config`` (else the
+  LightningModule's parameter count), and ``recompute`` from its activation-checkpointing flag;
 * from the training batches (``on_train_batch_end``): tokens, micro-batch and sequence length of
   a batch of token ids (a 2-D integer tensor, a dict with ``input_ids``, or a tuple/list starting
   with one -- :func:`common.batch_shape`); step boundaries are increments of ``global_step``;
@@ -77,6 +77,13 @@ def strategy_fields(strategy: Any) -> dict[str, Any]:
     return out
 
 
+def module_fields(pl_module: Any) -> dict[str, Any]:
+    """Model fields of a LightningModule: those of its first submodule with a transformers-style
+    ``config`` (dimensions + parameter count), else its own parameter count."""
+    lm = next((m for m in pl_module.modules() if "num_layers" in config_fields(getattr(m, "config", None))), None)
+    return model_fields(lm if lm is not None else pl_module)
+
+
 def trainer_fields(trainer: Any, pl_module: Any) -> dict[str, Any]:
     """Run fields stated by a Lightning Trainer and its LightningModule (module doc)."""
     out: dict[str, Any] = {"world_size": trainer.world_size, "nodes": trainer.num_nodes,
@@ -86,8 +93,7 @@ def trainer_fields(trainer: Any, pl_module: Any) -> dict[str, Any]:
     if precision in PRECISION:
         out["precision"] = PRECISION[precision]
     out.update(strategy_fields(trainer.strategy))
-    lm = next((m for m in pl_module.modules() if "num_layers" in config_fields(getattr(m, "config", None))), None)
-    out.update(model_fields(lm if lm is not None else pl_module))
+    out.update(module_fields(pl_module))
     if "recompute" not in out:
         out["recompute"] = recompute_of(pl_module)
     return out
@@ -105,6 +111,7 @@ class _Hooks:
         self.push = push
         self.run: TrainingRun | None = None
         self._last_global_step = 0
+        self._model_fields: dict[str, Any] = {}
 
     @property
     def record(self) -> dict[str, Any] | None:
@@ -115,6 +122,11 @@ class _Hooks:
     def run_key(self) -> str | None:
         return self.run.recorder.run_key if self.run and self.run.recorder else None
 
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        # before the strategy wraps or shards the model (FSDP would leave local shard sizes)
+        if stage == "fit":
+            self._model_fields = module_fields(pl_module)
+
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         import importlib
 
@@ -123,7 +135,7 @@ class _Hooks:
         fields = {"source": "lightning", "framework": "lightning", "framework_version": version,
                   "extra": {"integration": "lightning", "strategy": type(trainer.strategy).__name__,
                             "lightning_precision": str(trainer.precision)},
-                  **trainer_fields(trainer, pl_module)}
+                  **trainer_fields(trainer, pl_module), **self._model_fields}
         self.run = TrainingRun(fields, self.run_fields, client=self.client, warmup_steps=self.warmup_steps,
                                push=self.push, guard_signals=False)
         self._last_global_step = trainer.global_step
