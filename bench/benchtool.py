@@ -25,6 +25,7 @@ The result is one JSON-able dict with those figures (see `run_bench`).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import csv
 import json
 import math
@@ -331,9 +332,10 @@ def _created(body: bytes) -> int:
     return int(json.loads(body)["created"])
 
 
-def ingest_batches(base: str, payloads: list[bytes], concurrency: int = 2) -> tuple[int, float]:
+def ingest_batches(base: str, payloads: list[bytes], concurrency: int = 2,
+                   on_batch: Callable[[int], None] = lambda created: None) -> tuple[int, float]:
     """POST pre-encoded batch bodies; returns (runs created, wall seconds). Raises BenchError on
-    any non-2xx answer."""
+    any non-2xx answer. ``on_batch(created)`` is called after each batch (from worker threads)."""
     headers = _POST_HEADERS
 
     def worker(chunk: list[bytes]) -> int:
@@ -344,6 +346,7 @@ def ingest_batches(base: str, payloads: list[bytes], concurrency: int = 2) -> tu
                 if resp.status_code not in (200, 201):
                     raise BenchError(f"batch POST -> HTTP {resp.status_code}: {resp.text[:500]}")
                 created += _created(resp.content)
+                on_batch(_created(resp.content))
         return created
 
     chunks = [payloads[i::concurrency] for i in range(concurrency)]
@@ -353,10 +356,22 @@ def ingest_batches(base: str, payloads: list[bytes], concurrency: int = 2) -> tu
     return created, time.perf_counter() - t0
 
 
+def _tracked(items: list[bytes], progress: Callable[..., Any] | None, description: str) -> Iterator[bytes]:
+    """`items`, advancing a `progress(description, total)` display after each one when given."""
+    if progress is None:
+        yield from items
+        return
+    with progress(description, len(items)) as bar:
+        for item in items:
+            yield item
+            bar.advance(1)
+
+
 def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
               pg_url: str = "postgresql://postgres@127.0.0.1:5432/postgres", seed: int = 0,
               single_posts: int = 500, query_calls: int = 20, concurrency: int = 2,
-              log: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
+              log: Callable[[str], None] = lambda msg: None,
+              progress: Callable[..., Any] | None = None) -> dict[str, Any]:
     """Run the benchmark; returns the result dict (times in ms, rates in runs/s).
 
     Keys: backend, stored_runs, ingest_batch_runs_per_s, ingest_single_post_p50_ms,
@@ -364,7 +379,8 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
     recommend_first_ms, heatmap_after_post_ms, recommend_after_post_ms (see the module
     docstring), runs, machine, database (when kept), generate_s, heatmap_cells,
     recommend_candidates. `stored_runs` is read before the after-post calls, which store
-    2 × AFTER_POST_CALLS more runs. Raises BenchError.
+    2 × AFTER_POST_CALLS more runs. Raises BenchError. ``progress(description, total)``, when
+    given, makes a context manager with ``advance(n)`` (service.cli.progress) for the ingest phases.
     """
     workdir = Path(tempfile.mkdtemp(prefix="scalebook-bench-"))
     url, drop = _create_database(backend, pg_url, workdir)
@@ -385,7 +401,9 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
         log(f"generated {n} runs in {generate_s:.1f}s; starting scalebook serve on {backend}")
         with Server(url, workdir / "serve.log") as server:
             server.wait()
-            created, wall = ingest_batches(server.base, payloads, concurrency) if payloads else (0, 0.0)
+            with progress("batched ingest", n_batched) if progress else contextlib.nullcontext() as bar:
+                on_batch = bar.advance if bar is not None else (lambda created: None)
+                created, wall = ingest_batches(server.base, payloads, concurrency, on_batch) if payloads else (0, 0.0)
             del payloads
             rate = created / wall if wall else 0.0
             log(f"batched ingest: {created} runs in {wall:.1f}s = {rate:,.0f} runs/s")
@@ -393,7 +411,7 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
                 _vacuum_analyze(url)
             with httpx.Client(base_url=server.base, timeout=120) as client:
                 lat = []
-                for body in singles:
+                for body in _tracked(singles, progress, "single POSTs"):
                     t1 = time.perf_counter()
                     resp = client.post("/api/v1/runs", content=body, headers=_POST_HEADERS)
                     lat.append((time.perf_counter() - t1) * 1000)

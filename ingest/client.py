@@ -50,7 +50,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -423,8 +423,9 @@ class Client:
         return _dumps({"run": run, "http_status": status, "error": body, "rejected_at": _now(), "origin": origin})
 
     # ------------------------------------------------------------------ sync
-    def sync(self) -> SyncResult:
+    def sync(self, progress: Callable[[int, int], None] | None = None) -> SyncResult:
         """Replay spool.jsonl in batches of ≤ 1,000 and drop what the server acknowledged.
+        ``progress(done, total)`` is called after each batch (runs sent so far, runs read).
 
         One sync runs at a time per spool directory (a second one waits). Pushes may append while
         it runs. Rejected runs (4xx, or 409: the key is stored with other content) and unreadable
@@ -434,14 +435,14 @@ class Client:
         one fails the rest stays spooled (``remaining``). Never raises unless ``strict``.
         """
         try:
-            return self._sync()
+            return self._sync(progress)
         except Exception as exc:
             if self.strict:
                 raise
             log.exception("scalebook: sync failed")
             return SyncResult(remaining=self.pending(), error=repr(exc))
 
-    def _sync(self) -> SyncResult:
+    def _sync(self, progress: Callable[[int, int], None] | None = None) -> SyncResult:
         res = SyncResult()
         if not self.spool_path.exists():
             return res
@@ -485,6 +486,8 @@ class Client:
                                 _error_message(body))
                     rejects.append(self._reject_line(rec, status, body, "sync"))
                     drop.add(owner[id(rec)])
+                if progress is not None:
+                    progress(min(start + MAX_BATCH, len(records)), len(records))
                 if out.error is not None:
                     res.error = out.error
                     break

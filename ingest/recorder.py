@@ -30,7 +30,9 @@ Measurement
 * Peak memory: ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` since ``__enter__``
   (peak stats are reset there), in GiB (2³⁰ bytes), max over ranks; ``None`` on CPU.
 * With ``torch.distributed`` initialised, a successful exit joins two ``all_reduce`` calls on every
-  rank (MAX of seconds and memory, SUM of tokens and steps); only rank 0 pushes.
+  rank (MAX of seconds and memory, SUM of tokens and steps); only rank 0 pushes. ``reduce=False``
+  skips them (for hooks that run on the main process only, e.g. an Accelerate tracker): the record
+  is then rank 0's own measurement.
 * Filled in unless given in ``run_fields``: world_size and rank (torch.distributed, else the
   WORLD_SIZE/RANK variables), gpus_per_node (LOCAL_WORLD_SIZE), nodes (world_size /
   LOCAL_WORLD_SIZE), dp (world_size / (tp·pp·cp)), gpu_type (``torch.cuda.get_device_name``; the
@@ -52,6 +54,7 @@ here (import the job log with ``scalebook import log`` for that).
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
 import logging
 import os
@@ -98,25 +101,31 @@ def classify_exception(exc: BaseException) -> tuple[str, str, str]:
 class Recorder:
     """Context manager that times a training loop and pushes one run record on exit (module doc).
 
+    Without a ``with`` block (framework hooks, ``ingest.integrations``): :meth:`start` where the
+    loop begins, :meth:`step` after each optimizer step, :meth:`finish` (with the exception that
+    ended the loop, if any) where it ends.
+
     Args:
         run_fields: DESIGN §2 fields of the run (name, model_*, seq_len, tp/pp/cp, batch, ...);
             given values are never overwritten. ``extra`` is merged with the recorder's own.
         client: the :class:`ingest.Client` to push with (default: ``Client()`` from the environment).
         warmup_steps: leading steps excluded from timing (≥ 0).
         push: False to only build ``rec.record`` (no network).
+        reduce: False to skip the cross-rank reduction on success (only this rank's values).
 
     After exit: ``rec.record`` is the run record (on every rank; rank 0's is the one pushed) and
     ``rec.result`` the :class:`ingest.PushResult` (rank 0 with ``push=True``, else None).
     """
 
     def __init__(self, run_fields: dict[str, Any], client: Client | None = None, warmup_steps: int = 2,
-                 push: bool = True):
+                 push: bool = True, reduce: bool = True):
         if warmup_steps < 0:
             raise ValueError("warmup_steps must be >= 0")
         self.run_fields = dict(run_fields)
         self.client = client
         self.warmup_steps = int(warmup_steps)
         self.push = push
+        self.reduce = reduce
         self.run_key: str = str(self.run_fields.get("run_key") or uuid.uuid4().hex)
         self.steps = 0
         self.timed_steps = 0
@@ -127,9 +136,11 @@ class Recorder:
         self._t_start: float | None = None
         self._t_last: float | None = None
         self._started_at: _dt.datetime | None = None
+        self._finished = False
 
     # ------------------------------------------------------------------ loop
-    def __enter__(self) -> Recorder:
+    def start(self) -> Recorder:
+        """Begin the run: reset CUDA peak-memory stats, start the clock when there is no warm-up."""
         self._started_at = _dt.datetime.now(_dt.UTC)
         if self._cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -138,32 +149,63 @@ class Recorder:
             self._t_start = time.perf_counter()
         return self
 
-    def step(self, tokens: int) -> None:
-        """Mark the end of one optimizer step that consumed `tokens` tokens (module doc)."""
+    __enter__ = start
+
+    def step(self, tokens: int, steps: int = 1) -> None:
+        """Mark the end of `steps` optimizer steps (default one) that together consumed `tokens`
+        tokens (module doc). A call that reaches the end of the warm-up is all warm-up."""
+        if steps < 1:
+            raise ValueError("steps must be >= 1")
         self._sync()
         now = time.perf_counter()
-        self.steps += 1
+        self.steps += steps
         if self.steps <= self.warmup_steps:
             if self.steps == self.warmup_steps:
                 self._t_start = now
             return
-        self.timed_steps += 1
+        if self._t_start is None:  # this call crossed the end of the warm-up: all of it is warm-up
+            self._t_start = now
+            return
+        self.timed_steps += steps
         self.timed_tokens += int(tokens)
         self._t_last = now
 
-    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
+    def finish(self, exc: BaseException | None = None, deadline_s: float | None = None) -> dict[str, Any] | None:
+        """End the run once: build ``self.record`` (success when `exc` is None, else the failure
+        class of `exc`) and push it from rank 0. Later calls return the same record and do nothing.
+
+        ``deadline_s`` caps the push's retry deadline (e.g. inside a SIGTERM handler, before the
+        scheduler's SIGKILL). A record that cannot be built is logged and None returned; a strict
+        client's push error is raised only when `exc` is None (never replaces a training error).
+        """
+        if self._finished:
+            return self.record
+        self._finished = True
         try:
-            self.record = self._build(exc if exc_type is not None and not _clean_exit(exc) else None)
+            self.record = self._build(exc)
         except Exception:  # noqa: BLE001 - never mask the training outcome
             log.exception("scalebook: could not build the run record")
-            return False
+            return None
         if self.push and self._rank() == 0:
+            client = self.client or Client()
+            if deadline_s is not None and deadline_s < client.deadline_s:
+                client = copy.copy(client)
+                client.deadline_s = deadline_s
             try:
-                self.result = (self.client or Client()).push(self.record)
+                self.result = client.push(self.record)
             except Exception:  # noqa: BLE001 - a strict client's error must not replace the training error
-                if exc_type is None:
+                if exc is None:
                     raise
                 log.exception("scalebook: push failed")
+        return self.record
+
+    @property
+    def finished(self) -> bool:
+        """True once :meth:`finish` ran (the record is built and, on rank 0, pushed)."""
+        return self._finished
+
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
+        self.finish(exc if exc_type is not None and not _clean_exit(exc) else None)
         return False  # re-raise whatever left the block
 
     # ------------------------------------------------------------------ helpers
@@ -192,7 +234,7 @@ class Recorder:
     def _reduce(self, seconds: float, peak: float | None,
                 reserved: float | None) -> tuple[float, float, int, float | None, float | None]:
         """(max seconds, mean tokens, min timed steps, max peak GiB, max reserved GiB) over ranks."""
-        dist = self._dist()
+        dist = self._dist() if self.reduce else None
         if dist is None:
             return seconds, float(self.timed_tokens), self.timed_steps, peak, reserved
         on_gpu = dist.get_backend() == "nccl"
@@ -228,8 +270,7 @@ class Recorder:
         for key, value in defaults.items():
             if rec.get(key) is None and value is not None:
                 rec[key] = value
-        start, last = self._t_start, self._t_last
-        seconds = last - start if self.timed_steps and start is not None and last is not None else 0.0
+        seconds = (self._t_last - self._t_start) if self._t_last is not None and self._t_start is not None else 0.0
         peak, reserved = self._memory()
         extra: dict[str, Any] = {"warmup_steps": self.warmup_steps, "steps": self.steps,
                                  "timed_steps": self.timed_steps}

@@ -291,7 +291,7 @@ def test_success_needs_throughput_and_no_failure():
 def test_ingest_imports_with_the_standard_library_only():
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import ingest.classify, ingest.parsers.logs;"
+        "import ingest.classify, ingest.parsers.logs, ingest.integrations, ingest.integrations.common;"
         "bad = sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'ingest', '__main__'});"
         "print(','.join(bad))"
     )

@@ -23,6 +23,7 @@ from typing import Any
 import typer
 
 from service.cli.base import Api, app, console, fail, print_json
+from service.cli.progress import QUIET, progress
 
 import_app = typer.Typer(help="Import runs from files (sent through the API).", no_args_is_help=True)
 app.add_typer(import_app, name="import")
@@ -47,9 +48,16 @@ class ImportSummary:
 
 
 def send_records(api: Api, records: list[dict[str, Any]], origins: list[dict[str, Any]],
-                 summary: ImportSummary) -> None:
+                 summary: ImportSummary, quiet: bool = False) -> None:
     """POST records in batches; on 422/409 drop the named rows into `summary.rejected` and resend
-    the rest, so one bad row never blocks a file. `origins[i]` describes record i (line, row)."""
+    the rest, so one bad row never blocks a file. `origins[i]` describes record i (line, row).
+    Progress on stderr unless `quiet` (service.cli.progress)."""
+    with progress(f"importing {summary.file}", total=len(records), quiet=quiet) as bar:
+        _send_batches(api, records, origins, summary, bar.advance)
+
+
+def _send_batches(api: Api, records: list[dict[str, Any]], origins: list[dict[str, Any]],
+                  summary: ImportSummary, advance) -> None:
     for start in range(0, len(records), BATCH):
         pending = list(range(start, min(start + BATCH, len(records))))
         while pending:
@@ -70,6 +78,7 @@ def send_records(api: Api, records: list[dict[str, Any]], origins: list[dict[str
                 i = pending[local]
                 summary.rejected.append({**origins[i], "reason": "; ".join(reasons)})
             pending = [i for j, i in enumerate(pending) if j not in bad]
+        advance(min(BATCH, len(records) - start))
 
 
 def write_rejects(summary: ImportSummary, path: Path | None) -> None:
@@ -116,7 +125,8 @@ def parse_map(items: list[str] | None) -> dict[str, str]:
 
 
 def import_parsed(kind: str, path: Path, api: Api, defaults: dict[str, Any], rejects: Path | None, *,
-                  extra_columns: bool = False, column_map: dict[str, str] | None = None) -> ImportSummary:
+                  extra_columns: bool = False, column_map: dict[str, str] | None = None,
+                  quiet: bool = False) -> ImportSummary:
     """Parse `path` with the `kind` parser ("nanotron" | "table"), send it, write rejects.
 
     Exits 1 (nothing stored) when the file is refused: wrong layout, unknown columns, bad defaults."""
@@ -133,7 +143,7 @@ def import_parsed(kind: str, path: Path, api: Api, defaults: dict[str, Any], rej
         summary.rejected.append({"line": r.line_no, "row": r.row, "reason": r.reason})
     origins = [{"line": rec.get("extra", {}).get("line") if isinstance(rec.get("extra"), dict) else None, "row": rec}
                for rec in result.records]
-    send_records(api, result.records, origins, summary)
+    send_records(api, result.records, origins, summary, quiet=quiet)
     write_rejects(summary, rejects)
     return summary
 
@@ -172,27 +182,27 @@ _EXTRA_COLS = typer.Option(False, "--extra-columns", help="keep columns the impo
 def import_nanotron(file: Path = typer.Argument(..., exists=True, dir_okay=False), gpu_type: str = _GPU,
                     gpus_per_node: int = _GPN, framework: str = _FW, rejects: Path = _REJ,
                     column_map: list[str] = _COLMAP, extra_columns: bool = _EXTRA_COLS,
-                    as_json: bool = _JSON) -> None:
+                    as_json: bool = _JSON, quiet: bool = QUIET) -> None:
     """Import a nanotron benchmark CSV (Ultra-Scale Playbook sweep format, or current columns)."""
     finish(import_parsed("nanotron", file, Api(), {"gpu_type": gpu_type, "gpus_per_node": gpus_per_node,
                                                    "framework": framework}, rejects,
-                         extra_columns=extra_columns, column_map=parse_map(column_map)), as_json)
+                         extra_columns=extra_columns, column_map=parse_map(column_map), quiet=quiet), as_json)
 
 
 @import_app.command("table")
 def import_table(file: Path = typer.Argument(..., exists=True, dir_okay=False), gpu_type: str = _GPU,
                  gpus_per_node: int = _GPN, framework: str = _FW, rejects: Path = _REJ,
                  column_map: list[str] = _COLMAP, extra_columns: bool = _EXTRA_COLS,
-                 as_json: bool = _JSON) -> None:
+                 as_json: bool = _JSON, quiet: bool = QUIET) -> None:
     """Import a published-results table in the common 33-column layout ("5,762", "41%", "1.7B")."""
     finish(import_parsed("table", file, Api(), {"gpu_type": gpu_type, "gpus_per_node": gpus_per_node,
                                                 "framework": framework}, rejects,
-                         extra_columns=extra_columns, column_map=parse_map(column_map)), as_json)
+                         extra_columns=extra_columns, column_map=parse_map(column_map), quiet=quiet), as_json)
 
 
 @app.command("push")
 def push(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON (object or list) or JSONL"),
-         rejects: Path = _REJ, as_json: bool = _JSON) -> None:
+         rejects: Path = _REJ, as_json: bool = _JSON, quiet: bool = QUIET) -> None:
     """Send run records from a JSON or JSONL file (one record per line). A CSV file is refused:
     `scalebook import runs` reads CSV (and JSONL, Parquet) in the run record's columns."""
     if file.suffix.lower() in (".csv", ".tsv", ".parquet"):
@@ -219,7 +229,7 @@ def push(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSO
         records.append(item)
         origins.append({"line": line_no, "row": item})
     summary.read = len(records) + len(summary.rejected)
-    send_records(Api(), records, origins, summary)
+    send_records(Api(), records, origins, summary, quiet=quiet)
     write_rejects(summary, rejects)
     finish(summary, as_json)
 

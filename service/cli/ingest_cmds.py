@@ -23,6 +23,7 @@ import typer
 
 from service.cli.base import Api, app, console, err_console, fail, print_json
 from service.cli.imports import ImportSummary, finish, import_app, send_records, write_rejects
+from service.cli.progress import QUIET, progress, track
 
 _REJ = typer.Option(None, "--rejects", help="where to write rejected rows (default ./<name>.rejects.csv)")
 _JSON = typer.Option(False, "--json", help="print the summary as JSON")
@@ -37,6 +38,7 @@ def sync(
     deadline: float = typer.Option(30.0, "--deadline", help="seconds of retries per batch before giving up"),
     timeout: float = typer.Option(60.0, "--timeout", help="seconds one request (≤ 1,000 runs) may take"),
     as_json: bool = _JSON,
+    quiet: bool = QUIET,
 ) -> None:
     """Replay runs the push client spooled while the API was unreachable (exactly once: run keys).
 
@@ -45,7 +47,8 @@ def sync(
     from ingest.client import Client
 
     client = Client(spool_dir=spool_dir, deadline_s=deadline, timeout_s=timeout)
-    result = client.sync()
+    with progress(f"syncing {client.spool_path}", total=client.pending(), quiet=quiet) as bar:
+        result = client.sync(progress=bar.update)
     if as_json:
         print_json({**result.as_dict(), "spool": str(client.spool_path), "rejects_file": str(client.rejects_path)})
     else:
@@ -144,6 +147,7 @@ def import_log(
                                    "mmengine, hf-trainer, deepspeed, unknown (failures only)"),
     rejects: Path = _REJ,
     as_json: bool = _JSON,
+    quiet: bool = QUIET,
 ) -> None:
     """Import training logs: one run per file. Formats: nanotron, Megatron-LM and forks (tgs),
     torchtitan, NeMo 2.0 / Megatron-Bridge, MaxText, MMEngine/XTuner, Hugging Face Trainer,
@@ -176,7 +180,7 @@ def import_log(
         fail("--run-key names one run: give one log file")
     summary = ImportSummary(file=str(files[0]) if len(files) == 1 else f"{len(files)} logs")
     records, origins = [], []
-    for path in files:
+    for path in track(files, "parsing logs", unit="logs", quiet=quiet):
         summary.read += 1
         text = path.read_text(errors="replace")
         try:
@@ -191,18 +195,18 @@ def import_log(
         record.setdefault("extra", {})["log_file"] = path.name
         records.append(record)
         origins.append({"line": str(path), "row": record})
-    send_records(Api(), records, origins, summary)
+    send_records(Api(), records, origins, summary, quiet=quiet)
     write_rejects(summary, rejects or (Path.cwd() / f"{files[0].stem}.rejects.csv"))
     finish(summary, as_json)
 
 
 # ---------------------------------------------------------------------- MLflow / W&B
-def _send_converted(label: str, converted, rejects: Path, as_json: bool) -> None:
+def _send_converted(label: str, converted, rejects: Path, as_json: bool, quiet: bool = False) -> None:
     summary = ImportSummary(file=label, read=len(converted.records) + len(converted.rejected))
     for r in converted.rejected:
         summary.rejected.append({"line": r.ref, "row": r.row, "reason": r.reason})
     origins = [{"line": ref, "row": rec} for ref, rec in zip(converted.refs, converted.records)]
-    send_records(Api(), converted.records, origins, summary)
+    send_records(Api(), converted.records, origins, summary, quiet=quiet)
     write_rejects(summary, rejects)
     finish(summary, as_json)
 
@@ -215,6 +219,7 @@ def import_mlflow(
     mapping: Path = _MAP,
     rejects: Path = _REJ,
     as_json: bool = _JSON,
+    quiet: bool = QUIET,
 ) -> None:
     """Import every finished run of an MLflow experiment (params, latest metrics, tags, start time,
     status) through a mapping file; run keys are mlflow:<run_id>."""
@@ -226,7 +231,8 @@ def import_mlflow(
     except (external.MappingError, external.MlflowError) as exc:
         fail(str(exc))
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", experiment).strip("-") or "experiment"
-    _send_converted(f"mlflow:{experiment}", converted, rejects or Path.cwd() / f"mlflow-{safe}.rejects.csv", as_json)
+    _send_converted(f"mlflow:{experiment}", converted, rejects or Path.cwd() / f"mlflow-{safe}.rejects.csv", as_json,
+                    quiet)
 
 
 @import_app.command("wandb")
@@ -235,6 +241,7 @@ def import_wandb(
     mapping: Path = _MAP,
     rejects: Path = _REJ,
     as_json: bool = _JSON,
+    quiet: bool = QUIET,
 ) -> None:
     """Import a W&B runs-table CSV export (Name, State, Created, Runtime, config and summary columns)
     through a mapping file of `column = "..."` rules; run keys are wandb:<ID or Name>."""
@@ -244,4 +251,4 @@ def import_wandb(
         converted = external.wandb_records(file, external.load_mapping(mapping))
     except external.MappingError as exc:
         fail(str(exc))
-    _send_converted(str(file), converted, rejects or Path.cwd() / f"{file.stem}.rejects.csv", as_json)
+    _send_converted(str(file), converted, rejects or Path.cwd() / f"{file.stem}.rejects.csv", as_json, quiet)

@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from service.cli.base import Api, ApiError, app, console, err_console, fail, print_json
+from service.cli.progress import QUIET, progress
 
 token_app = typer.Typer(help="API tokens: create (shown once), list, revoke.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
@@ -165,6 +166,7 @@ def bench(
     seed: int = typer.Option(0, "--seed", help="generator seed"),
     single_posts: int = typer.Option(500, "--single-posts", min=1, help="single POSTs timed for p50/p99"),
     query_calls: int = typer.Option(20, "--query-calls", min=1, help="heatmap/recommend calls timed (median)"),
+    quiet: bool = QUIET,
 ) -> None:
     """Benchmark a real `scalebook serve` on a fresh database with N realistic synthetic runs.
 
@@ -185,7 +187,8 @@ def bench(
     log = (lambda msg: None) if as_json else (lambda msg: err_console.print(msg))
     try:
         result = benchtool.run_bench(runs, backend, keep=keep, pg_url=pg_url, seed=seed,
-                                     single_posts=single_posts, query_calls=query_calls, log=log)
+                                     single_posts=single_posts, query_calls=query_calls, log=log,
+                                     progress=lambda what, total: progress(what, total, quiet=quiet))
     except benchtool.BenchError as exc:
         fail(str(exc))
     sys.stdout.write(json.dumps(result) + "\n")
