@@ -125,3 +125,39 @@ def test_unreachable_database_is_503(settings):
         assert_error_shape(r.json(), "database_unavailable")
     finally:
         db.dispose()
+
+
+def test_reimport_of_a_file_with_one_row_added_stores_that_row(live_api, data_dir, tmp_path):
+    """Issue 14 item 2 through the importer: `scalebook import table` of an already imported file
+    with one row added (a new run among stored ones) stores exactly that row."""
+    import csv
+    import json
+
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    source = data_dir / "published" / "llmfoundry_mpt_benchmarks.csv"
+    with open(source, newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields, rows = reader.fieldnames, list(reader)
+    path = tmp_path / "table.csv"
+
+    def write(table_rows):
+        with open(path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(table_rows)
+
+    def run_import() -> dict:
+        result = CliRunner().invoke(app, ["import", "table", str(path), "--rejects", str(tmp_path / "r.csv"),
+                                          "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    write(rows[:-1])
+    first = run_import()
+    assert first["stored"] > 20
+    write(rows)
+    again = run_import()
+    assert again["stored"] == 1 and again["rejected"] == first["rejected"]
