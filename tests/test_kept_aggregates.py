@@ -190,53 +190,19 @@ def test_api_heatmap_sees_each_post_at_once(client, database):
         assert sum(c["n_success"] + c["n_oom"] + c["n_failed"] for c in body["cells"]) == placed
 
 
-def test_recommend_with_kept_evidence_and_ooms_equals_a_fresh_read(database):
-    """The recommender's recorded OOMs and evidence kept by id watermark (DuckDB) answer exactly
-    what reading every run answers, after each of several writes — including OOMs that arrive
-    later and block adapted configs, and runs that join the evidence of an answered group."""
-    from service.analytics import recommend as rec
-
-    runs = list(benchtool.generate_runs(1500, seed=25, prefix="reckept"))
-    with database.session(write=True) as s:
-        store.store_runs(s, runs[:700], bulk=True)
-    targets = [rec.Target(model_params=rec.parse_model_params(size), nodes=nodes)
-               for size in ("1.3B", "8B", "70B") for nodes in (1, 4, 16)]
-    stages = [runs[700:900], runs[900:905], runs[905:1500]]
-    for stage in [[]] + stages:
-        if stage:
-            with database.session(write=True) as s:
-                store.store_runs(s, stage, bulk=True)
-        for target in targets:
-            for metric in METRICS:
-                with database.session() as s:
-                    fresh = rec.recommend(s, target, metric=metric)
-                with database.session() as s:
-                    kept = rec.recommend(s, target, metric=metric, kept=database.kept)
-                assert kept == fresh, (target, metric)
-        with database.session() as s:  # the generated runs give the recommender something to answer
-            n_candidates = sum(len(rec.recommend(s, t)) for t in targets)
-        assert n_candidates > 0
-    if database.is_duckdb:
-        assert {k[0] for k in database.kept.keys()} == {"ooms", "evidence"}
-
-
 @pytest.mark.parametrize("backend", ["duckdb"])
 def test_a_kept_value_already_answered_is_never_changed(database):
     """Merges build new values: a value handed to one request stays as it was while a later
     request merges newer runs (the request may still be reading it)."""
     import copy
 
-    from service.analytics import recommend as rec
-
     runs = list(benchtool.generate_runs(900, seed=26, prefix="hmcow"))
     with database.session(write=True) as s:
         store.store_runs(s, runs[:600], bulk=True)
-    target = rec.Target(model_params=rec.parse_model_params("8B"), nodes=8)
 
     def kept_values():
         answered(database, hm.HeatmapFilters(), "mfu", summary=True)
-        with database.session() as s:
-            rec.recommend(s, target, kept=database.kept)
+        answered(database, hm.HeatmapFilters(), "tokens_per_sec_per_gpu", summary=True)
         return {key: database.kept._entries[key[0]][key].value for key in database.kept.keys()}
 
     first = kept_values()
@@ -255,8 +221,6 @@ def test_no_request_waits_for_a_connection_while_holding_a_kept_lock(database):
     the pool, which would deadlock until the pool's 30 s timeout)."""
     import threading
 
-    from service.analytics import recommend as rec
-
     with database.session(write=True) as s:
         store.store_runs(s, list(benchtool.generate_runs(500, seed=27, prefix="hmpool")), bulk=True)
     holders = database.engine.pool.size() + database.engine.pool._max_overflow
@@ -268,7 +232,7 @@ def test_no_request_waits_for_a_connection_while_holding_a_kept_lock(database):
                 s.execute(sa.text("SELECT 1"))
                 ready.wait()
                 go.wait(timeout=60)
-                rec._recorded_ooms(s, 8.0, database.kept)
+                hm.heatmap(s, hm.HeatmapFilters(), "tokens_per_sec_per_gpu", kept=database.kept)
         except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
