@@ -280,3 +280,11 @@ def test_suggest_cli_matches_the_api(live_api, data_dir):
     assert [int(r["dp"]) for r in rows] == [s["config"]["dp"] for s in api_body["suggestions"]]
     assert [int(r["micro_batch_size"]) for r in rows] == [s["config"]["micro_batch_size"]
                                                           for s in api_body["suggestions"]]
+
+
+def test_recommend_and_suggest_on_an_empty_store_answer_empty_with_the_reason(client):
+    for path in ("/api/v1/recommend", "/api/v1/suggest"):
+        r = client.get(path, params={"model_params": "8B", "nodes": 4})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body.get("candidates", body.get("suggestions")) == [] and "no recorded" in body["notes"][0]

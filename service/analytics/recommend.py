@@ -275,6 +275,10 @@ def _exact(cfg: dict[str, Any], ctx: dict[str, Any], rows: list[dict[str, Any]])
     return None
 
 
+class NothingRecorded(BadRequest):
+    """The target leaves out what only recorded runs could supply, and none are recorded."""
+
+
 @dataclass
 class Scored:
     """One valid configuration for the target with its prediction: `widen` is the distance to the
@@ -308,7 +312,12 @@ def prepare(session: Session, target: Target) -> Prepared:
                          [{"field": "nodes", "value": target.nodes, "message": "must be >= 1"}])
     rows = th.load_configs(session)
     notes: list[str] = []
-    ctx = _complete_target(target, rows, notes)
+    try:
+        ctx = _complete_target(target, rows, notes)
+    except BadRequest as exc:
+        if rows:
+            raise
+        raise NothingRecorded(f"no recorded successful run to complete the target from: {exc.message}") from exc
     model = th.Model(rows)
     fit = model.fit_for(ctx["gpu_type"], ctx["framework"])
     if fit.status == "prior" or fit.reason:
@@ -373,6 +382,16 @@ def target_body(prep: Prepared) -> dict[str, Any]:
             "world_size": ctx["nodes"] * ctx["gpus_per_node"]}
 
 
+def empty_answer(target: Target, reason: str) -> dict[str, Any]:
+    """The answer when nothing is recorded to complete the target from: no candidates, and why
+    (a valid question with no data is not a client error)."""
+    return {"target": {**target.__dict__, "model_size_class": model_size_class(target.model_params),
+                       "world_size": target.world_size},
+            "model": th.Fit(dict(th.PRIOR), "prior", {}, reason="no recorded runs").describe(),
+            "candidates": [], "suggestions": [], "best_recorded": None, "notes": [reason],
+            "counts": {"layouts": 0, "memory_rejected": 0, "oom_rejected": 0}}
+
+
 def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu") -> dict[str, Any]:
     """Up to k candidates for the target, best first (module docstring).
 
@@ -381,7 +400,11 @@ def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "to
     peak_memory_gib, interval, step_time_s, breakdown_s}, measured | None, evidence [...],
     memory {...}, why}], "notes": [...], "counts": {...}}. `metric` "mfu" ranks by predicted MFU
     (the same order on one target). Raises BadRequest for a bad target."""
-    prep = prepare(session, target)
+    try:
+        prep = prepare(session, target)
+    except NothingRecorded as exc:
+        answer = empty_answer(target, exc.message)
+        return {k_: answer[k_] for k_ in ("target", "model", "candidates", "notes", "counts")}
     items = scored(prep)
     key = "mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"
     items.sort(key=lambda e: (-e.predicted[key] * e.predicted["interval"][0] / e.predicted["tokens_per_sec_per_gpu"],

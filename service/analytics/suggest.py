@@ -58,7 +58,11 @@ def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, An
     "suggestions": [{"config", "predicted": {tokens_per_sec_per_gpu, mfu, peak_memory_gib,
     interval}, "expected_improvement" (fraction of the best recorded), "why"}], "notes"}.
     Raises BadRequest for a bad target."""
-    prep = rec.prepare(session, target)
+    try:
+        prep = rec.prepare(session, target)
+    except rec.NothingRecorded as exc:
+        answer = rec.empty_answer(target, exc.message)
+        return {k: answer[k] for k in ("target", "best_recorded", "model", "suggestions", "notes")}
     best = best_recorded(session, prep.ctx)
     items = rec.scored(prep, skip=rec.recorded_on_target(session, prep.ctx))
     sigma0 = prep.fit.loo_log_sigma
