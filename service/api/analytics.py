@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, create_model
 
 from service import __version__
+from service import limits as L
 from service.analytics import heatmap as hm
 from service.analytics import recommend as rec
 from service.api.responses import model_response
@@ -148,18 +149,18 @@ def recommend(
     db: DatabaseDep,
     session: SessionDep,
     model_params: Annotated[str, Query(min_length=1, max_length=40, description="8B | 1.34B | 8e9 | 8030261248")],
-    nodes: Annotated[int, Query(ge=1, le=100_000)],
-    gpus_per_node: Annotated[int, Query(ge=1, le=1024)] = 8,
+    nodes: Annotated[int, Query(ge=1, le=L.MAX_NODES)],
+    gpus_per_node: Annotated[int, Query(ge=1, le=L.MAX_GPUS_PER_NODE)] = 8,
     gpu_type: Annotated[str | None, Query(max_length=100)] = None,
-    seq_len: Annotated[int | None, Query(ge=1)] = None,
-    global_batch_tokens: Annotated[int | None, Query(ge=1)] = None,
-    num_layers: Annotated[int | None, Query(ge=1)] = None,
-    hidden_size: Annotated[int | None, Query(ge=1)] = None,
-    num_heads: Annotated[int | None, Query(ge=1)] = None,
-    num_kv_heads: Annotated[int | None, Query(ge=1)] = None,
-    ffn_hidden_size: Annotated[int | None, Query(ge=1)] = None,
-    vocab_size: Annotated[int | None, Query(ge=1)] = None,
-    k: Annotated[int, Query(ge=1, le=50)] = 5,
+    seq_len: Annotated[int | None, Query(ge=1, le=L.MAX_SEQ_LEN)] = None,
+    global_batch_tokens: Annotated[int | None, Query(ge=1, le=L.MAX_TOKENS)] = None,
+    num_layers: Annotated[int | None, Query(ge=1, le=L.MAX_LAYERS)] = None,
+    hidden_size: Annotated[int | None, Query(ge=1, le=L.MAX_HIDDEN)] = None,
+    num_heads: Annotated[int | None, Query(ge=1, le=L.MAX_HEADS)] = None,
+    num_kv_heads: Annotated[int | None, Query(ge=1, le=L.MAX_HEADS)] = None,
+    ffn_hidden_size: Annotated[int | None, Query(ge=1, le=L.MAX_FFN)] = None,
+    vocab_size: Annotated[int | None, Query(ge=1, le=L.MAX_VOCAB)] = None,
+    k: Annotated[int, Query(ge=1, le=L.MAX_K)] = 5,
     metric: Metric = "tokens_per_sec_per_gpu",
 ) -> Response:
     """"What worked on `nodes` nodes for a `model_params` model?" (DESIGN §4).
@@ -168,8 +169,10 @@ def recommend(
     configurations adapted to the target (DP from the world size, GAS for the global batch),
     ranked by distance in log(model size), log(nodes), seq_len ratio and hardware. Each has its
     config, recorded metrics, evidence (source run ids, count, spread), the memory check, why
-    and risk. 400 when model_params cannot be read.
+    and risk. 400 when model_params cannot be read; 422 naming the field for a number beyond
+    service/limits.py.
     """
+    L.check_parallelism({"nodes": nodes, "gpus_per_node": gpus_per_node})  # 422 beyond the limits
     target = rec.Target(model_params=rec.parse_model_params(model_params), nodes=nodes, gpus_per_node=gpus_per_node,
                         gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens,
                         num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,

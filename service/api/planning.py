@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from service.analytics import planner, regressions, scaling
 from service.analytics.recommend import parse_model_params
+from service import limits as L
 from service.api.deps import SessionDep
 from service.api.security import READ
 from service.derive import model_size_class
@@ -61,7 +62,7 @@ def get_scaling(
     session: SessionDep,
     model_params: Annotated[str, Query(min_length=1, max_length=40, description="size: 8B | 1.34B | 8e9")],
     gpu_type: Annotated[str | None, Query(max_length=100)] = None,
-    seq_len: Annotated[int | None, Query(ge=1)] = None,
+    seq_len: Annotated[int | None, Query(ge=1, le=L.MAX_SEQ_LEN)] = None,
     metric: Literal["tokens_per_sec_per_gpu", "mfu"] = "tokens_per_sec_per_gpu",
 ) -> Scaling:
     """Scaling of one model size class over node counts, with an Amdahl's-law fit.
@@ -106,11 +107,11 @@ def get_plan(
     session: SessionDep,
     model_params: Annotated[str, Query(min_length=1, max_length=40, description="3B | 1.34B | 8e9")],
     tokens: Annotated[str, Query(min_length=1, max_length=40, description="11T | 1e12 | 500B | 15000000000")],
-    days: Annotated[float, Query(gt=0, le=36_500, allow_inf_nan=False)],
+    days: Annotated[float, Query(gt=0, le=L.MAX_DAYS, allow_inf_nan=False)],
     gpu_type: Annotated[str | None, Query(max_length=100)] = None,
     mfu: Annotated[float | None, Query(gt=0, le=1, allow_inf_nan=False, description="fraction: 0.30")] = None,
-    peak_tflops: Annotated[float | None, Query(gt=0, allow_inf_nan=False, description="dense TFLOP/s/GPU")] = None,
-    gpus_per_node: Annotated[int, Query(ge=1, le=1024)] = 8,
+    peak_tflops: Annotated[float | None, Query(gt=0, le=L.MAX_PEAK_TFLOPS, allow_inf_nan=False, description="dense TFLOP/s/GPU")] = None,
+    gpus_per_node: Annotated[int, Query(ge=1, le=L.MAX_GPUS_PER_NODE)] = 8,
     precision: Annotated[str, Query(max_length=32)] = "bf16",
 ) -> Plan:
     """GPUs to train `model_params` on `tokens` in `days`: GPUs = 6·N·tokens / (peak · MFU · time).
