@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     cors_origins: str = ""
     #: allow binding beyond loopback without tokens
     insecure: bool = False
+    #: the address the API is bound to (`scalebook serve --host` sets it): beyond loopback the API is
+    #: never open without tokens (unless `insecure`) and its last admin token cannot be revoked
+    host: str = "127.0.0.1"
     #: DuckDB files: small writes are group-committed through an ingest journal; this many journaled
     #: runs are moved into the database at once (service/journal.py). 0: every request commits itself
     ingest_journal_rows: int = Field(default=256, ge=0, le=100_000)
@@ -96,6 +99,11 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def public_bind(settings: Settings) -> bool:
+    """Whether the API is bound beyond loopback without --insecure: then it must never be open."""
+    return not is_loopback(settings.host) and not settings.insecure
 
 
 @lru_cache

@@ -254,7 +254,7 @@ def _maybe_json(value: Any) -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than Python parses: answered as text
             return value
     return value
 

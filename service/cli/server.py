@@ -43,7 +43,7 @@ def serve(
     from service.db import Database
     from service.errors import ScalebookError
 
-    settings = get_settings()
+    settings = get_settings().model_copy(update={"host": host, "insecure": insecure or get_settings().insecure})
     db = Database(settings.url, journal_rows=settings.ingest_journal_rows)
     try:
         db.prepare()
