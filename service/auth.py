@@ -56,7 +56,8 @@ def revoke_token(session: Session, token_id: int, *, keep_last_admin: bool = Fal
     if row is None:
         raise NotFound(f"no token with id {token_id}", [{"field": "id", "value": token_id, "message": "not found"}])
     if keep_last_admin and row.revoked_at is None and row.scope == "admin":
-        query = sa.select(ApiToken.id).where(ApiToken.scope == "admin", ApiToken.revoked_at.is_(None)).order_by(ApiToken.id)
+        query = (sa.select(ApiToken.id).where(ApiToken.scope == "admin", ApiToken.revoked_at.is_(None))
+                 .order_by(ApiToken.id))
         if session.get_bind().dialect.name == "postgresql":
             query = query.with_for_update()
         admins = list(session.scalars(query))

@@ -50,6 +50,13 @@ def _detail(field: str, value: Any, message: str) -> dict[str, Any]:
     return {"field": field, "value": value, "message": f"{field}: {message}"}
 
 
+def check_model_params(value: int | float, field: str = "model_params") -> None:
+    """Raise ValidationFailed (422) when a parsed model size is beyond MAX_MODEL_PARAMS parameters."""
+    if not 1 <= value <= MAX_MODEL_PARAMS:
+        message = f"{field}: {value:.3g} parameters is outside 1..{MAX_MODEL_PARAMS:.0e}"
+        raise ValidationFailed(message, [{"field": field, "value": str(value), "message": message}])
+
+
 def check_parallelism(values: Mapping[str, Any]) -> None:
     """Check the rules that tie a layout to its cluster and model (module docstring).
 

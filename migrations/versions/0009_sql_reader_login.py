@@ -21,9 +21,8 @@ Create Date: 2026-11-24 02:00:00
 import logging
 import os
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0009'
 down_revision = '0005'

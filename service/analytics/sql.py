@@ -11,7 +11,9 @@ Layer 2, here, runs what passed where nothing else exists, so a parser bypass fi
   extensions, network), `python_enable_replacements=false` (no Python variables as tables),
   `memory_limit` = SCALEBOOK_SQL_MEMORY_MB, `threads` = 2 and `lock_configuration=true` (no SET can
   undo any of it), and the query runs inside `BEGIN TRANSACTION READ ONLY`; DuckDB's own parser must
-  see exactly one SELECT. The instance is closed after the query.
+  see exactly one SELECT. repeat/lpad/rpad and the list forms of range/generate_series, which build a
+  value in one uninterruptible piece, are shadowed by macros that refuse values over the byte cap
+  (`_SIZE_GUARDS`). The instance is closed after the query.
 - PostgreSQL: the query runs on a connection of its own pool, logged in as the role scalebook_reader
   (migrations 0002 and 0009: LOGIN, owns nothing, member of nothing, SELECT on runs only, read-only by
   default), URL SCALEBOOK_SQL_DATABASE_URL or the service's URL with that user and no password. It runs
@@ -39,7 +41,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from service.analytics.sql_check import (  # noqa: F401 - re-exported: the public API of user SQL
-    MAX_QUERY_CHARS, _reject, check_and_parse, check_query, json_safe, runs_columns_used, runs_references,
+    MAX_QUERY_CHARS,
+    _reject,
+    check_and_parse,
+    check_query,
+    json_safe,
+    runs_columns_used,
+    runs_references,
     sqlglot_dialect,
 )
 from service.db import Database
@@ -177,13 +185,31 @@ class _Interrupter:
             self._con = None
 
 
-def _sandbox(memory_mb: int):
+#: DuckDB builds a scalar's value in one piece, without checking for interrupts: repeat('x', 6e8) runs
+#: for minutes past any timeout and outside memory_limit. In the sandbox, temporary macros of the same
+#: names (which take precedence over the built-ins; the parser refuses the schema-qualified originals)
+#: refuse values longer than the answer may be.
+_SIZE_GUARDS = (
+    "repeat(s, n) AS system.main.repeat(s, CASE WHEN n * length(s) > {cap} THEN error('repeat(): result over "
+    "{cap} characters (SCALEBOOK_SQL_MAX_BYTES)') ELSE n END)",
+    *(f"{fn}(s, n, p) AS system.main.{fn}(s, CASE WHEN n > {{cap}} THEN error('{fn}(): result over {{cap}} "
+      f"characters (SCALEBOOK_SQL_MAX_BYTES)') ELSE n END, p)" for fn in ("lpad", "rpad")),
+    *(f"{fn}(a) AS system.main.{fn}(CASE WHEN a > {{cap}} THEN error('{fn}(): list over {{cap}} elements') "
+      f"ELSE a END), (a, b) AS system.main.{fn}(a, CASE WHEN b - a > {{cap}} THEN error('{fn}(): list over {{cap}} "
+      f"elements') ELSE b END), (a, b, c) AS system.main.{fn}(a, b, c)" for fn in ("range", "generate_series")),
+)
+
+
+def _sandbox(memory_mb: int, max_bytes: int):
     import duckdb
 
-    return duckdb.connect(":memory:", config={
+    con = duckdb.connect(":memory:", config={
         "enable_external_access": False, "python_enable_replacements": False,
         "autoinstall_known_extensions": False, "autoload_known_extensions": False,
         "memory_limit": f"{memory_mb}MB", "threads": _SANDBOX_THREADS, "lock_configuration": True})
+    for macro in _SIZE_GUARDS:
+        con.execute("CREATE TEMP MACRO " + macro.format(cap=max_bytes))
+    return con
 
 
 def _duckdb_error(exc: Exception, interrupter: _Interrupter, timeout_s: float) -> Exception:
@@ -208,7 +234,7 @@ def _run_duckdb(db: Database, sql: str, timeout_s: float, max_rows: int, max_byt
         # query is done (DuckDB closes a duplicate() with its parent)
         parent = db.engine.connect()
         source = parent.connection.driver_connection.duplicate()
-        sandbox = _sandbox(memory_mb)
+        sandbox = _sandbox(memory_mb, max_bytes)
         try:
             interrupter.watch(source)
             try:

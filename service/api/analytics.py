@@ -13,9 +13,9 @@ from service import __version__
 from service import limits as L
 from service.analytics import heatmap as hm
 from service.analytics import recommend as rec
+from service.api.deps import DatabaseDep, SessionDep
 from service.api.responses import model_response
 from service.api.security import READ
-from service.api.deps import DatabaseDep, SessionDep
 from service.schemas import ErrorBody, Health, RunOut, UtcDatetime
 from service.store import naive_utc
 from service.tables import Run
@@ -173,7 +173,9 @@ def recommend(
     service/limits.py.
     """
     L.check_parallelism({"nodes": nodes, "gpus_per_node": gpus_per_node})  # 422 beyond the limits
-    target = rec.Target(model_params=rec.parse_model_params(model_params), nodes=nodes, gpus_per_node=gpus_per_node,
+    params = rec.parse_model_params(model_params)
+    L.check_model_params(params)
+    target = rec.Target(model_params=params, nodes=nodes, gpus_per_node=gpus_per_node,
                         gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens,
                         num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
                         num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size)

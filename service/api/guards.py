@@ -40,7 +40,7 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {}
+        headers: dict[bytes, str] = {}
         for name, value in scope.get("headers", ()):
             headers.setdefault(name, value.decode("latin-1"))
         origin = headers.get(b"origin")
@@ -52,7 +52,8 @@ class RequestGuard:
         method = scope.get("method", "GET").upper()
         if method in _BODY_METHODS:
             content_type = headers.get(b"content-type")
-            has_body = headers.get(b"content-length", "0").strip() not in ("", "0") or b"transfer-encoding" in headers
+            length = headers.get(b"content-length", "0").strip()
+            has_body = length not in ("", "0") or b"transfer-encoding" in headers
             if (content_type is not None or has_body) and not _is_json(content_type or ""):
                 await _refuse(send, 415, "unsupported_media_type",
                               f"request bodies must be JSON: send 'Content-Type: application/json' "

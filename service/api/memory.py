@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from fastapi import APIRouter
-
-from service.analytics.memory import estimate_memory
 from service import limits as L
+from service.analytics.memory import estimate_memory
 from service.api.security import READ
 from service.errors import ValidationFailed
 from service.schemas import ErrorBody, finite_json

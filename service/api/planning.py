@@ -8,9 +8,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
+from service import limits as L
 from service.analytics import planner, regressions, scaling
 from service.analytics.recommend import parse_model_params
-from service import limits as L
 from service.api.deps import SessionDep
 from service.api.security import READ
 from service.derive import model_size_class
@@ -75,7 +75,9 @@ def get_scaling(
     null with `amdahl_reason` when fewer than two node counts were measured. 404 when the size class
     has no successful run.
     """
-    size_class = model_size_class(parse_model_params(model_params))
+    params = parse_model_params(model_params)
+    L.check_model_params(params)
+    size_class = model_size_class(params)
     return Scaling(**scaling.scaling(session, size_class, gpu_type=gpu_type, seq_len=seq_len, metric=metric))
 
 
@@ -122,6 +124,7 @@ def get_plan(
     efficiency at that scale when a scaling fit exists. SmolLM3: 3B, 11T tokens, 28 days, 720 TFLOP/s,
     MFU 0.30 → 379 GPUs.
     """
+    L.check_model_params(parse_model_params(model_params))
     return Plan(**planner.plan(session, model_params=model_params, tokens=tokens, days=days, gpu_type=gpu_type,
                                mfu=mfu, peak_tflops=peak_tflops, gpus_per_node=gpus_per_node, precision=precision))
 
