@@ -359,3 +359,13 @@ def test_hostile_sql_fuzz_never_5xx(client, parts, noise):
     r = sql(client, " ".join(parts) + " " + noise)
     assert r.status_code in (200, 400, 422), (parts, noise, r.status_code, r.text[:300])
     assert "error" in r.json() or "rows" in r.json()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_sql_refuses_a_reader_url_with_more_privileges(database, backend, db_url):
+    """SCALEBOOK_SQL_DATABASE_URL pointing at a superuser (or any role that sees api_tokens) is refused
+    (503 naming the role), never used to run user SQL."""
+    settings = Settings(database_url=None, sql_database_url=db_url.replace("postgresql+psycopg://", "postgresql://"))
+    with TestClient(create_app(database, settings)) as client:
+        r = sql(client, "SELECT count(*) FROM runs")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "sql_unavailable", r.text
