@@ -256,7 +256,9 @@ def _run_duckdb(db: Database, sql: str, timeout_s: float, max_rows: int, max_byt
         # the service's connection exports the runs relation; its pooled parent is held until the
         # query is done (DuckDB closes a duplicate() with its parent)
         parent = db.engine.connect()
-        source = parent.connection.driver_connection.duplicate()
+        service_con = parent.connection.driver_connection
+        assert service_con is not None
+        source = service_con.duplicate()
         sandbox = _sandbox(memory_mb, max_bytes)
         try:
             interrupter.watch(source)
@@ -375,6 +377,7 @@ def _run_postgres(db: Database, sql: str, timeout_s: float, max_rows: int, max_b
         raise DatabaseUnavailable(f"database error: {_first_lines(text)}") from exc
     with sa_conn:
         raw = sa_conn.connection.driver_connection
+        assert raw is not None
         try:
             with raw.cursor() as cur:
                 cur.execute("SET TRANSACTION READ ONLY")

@@ -79,7 +79,7 @@ def _reject(message: str, **detail: Any) -> QueryRejected:
     return QueryRejected(message, [{"field": "query", "value": detail.get("value"), "message": message}])
 
 
-def _norm(ident: exp.Expression | None) -> str:
+def _norm(ident: exp.Expr | None) -> str:
     """PostgreSQL identifier semantics: quoted exact, unquoted lower-cased."""
     if not isinstance(ident, exp.Identifier):
         return ident.name.lower() if ident is not None else ""
@@ -105,7 +105,7 @@ def _visible_ctes(table: exp.Table) -> set[str]:
     """CTE names visible where `table` stands: all CTEs of an enclosing query's WITH when the table is
     in the query body; only the earlier siblings (and itself WITH RECURSIVE) when inside a CTE."""
     visible: set[str] = set()
-    node: exp.Expression = table
+    node: exp.Expr = table
     while node.parent is not None:
         parent = node.parent
         if isinstance(parent, exp.With) and isinstance(node, exp.CTE):
@@ -129,7 +129,7 @@ def _in_recursive_branch(table: exp.Table, cte: exp.CTE) -> bool:
     body = cte.this
     if not isinstance(body, exp.Union):
         return False
-    node: exp.Expression | None = table
+    node: exp.Expr | None = table
     while node is not None and node is not body:
         if node is body.expression:
             return True
@@ -157,7 +157,7 @@ def _check_table(table: exp.Table) -> None:
                   value=target.name)
 
 
-def _check_tree(root: exp.Expression) -> None:
+def _check_tree(root: exp.Expr) -> None:
     query = root
     while isinstance(query, (exp.Subquery, exp.Paren)):
         query = query.this
@@ -189,7 +189,7 @@ def check_query(query: str, dialect: str) -> str:
     return check_and_parse(query, dialect)[0]
 
 
-def check_and_parse(query: str, dialect: str) -> tuple[str, exp.Expression]:
+def check_and_parse(query: str, dialect: str) -> tuple[str, exp.Expr]:
     """Check one user query with sqlglot; return (the SQL to execute: sqlglot's regeneration, its tree).
 
     `dialect`: "duckdb" | "postgres". Raises QueryRejected (400) naming what was refused: parse errors,
@@ -221,7 +221,7 @@ def check_and_parse(query: str, dialect: str) -> tuple[str, exp.Expression]:
     return sql, tree
 
 
-def runs_columns_used(tree: exp.Expression, run_columns: list[str]) -> list[str]:
+def runs_columns_used(tree: exp.Expr, run_columns: list[str]) -> list[str]:
     """The columns of `runs` a checked query may read: every run column named anywhere in it (a
     superset: names are matched whatever table or alias qualifies them), or all of them when the query
     has a `*` (other than count(*)), a COLUMNS(...) expression or a column named like a table, CTE or
@@ -242,7 +242,7 @@ def runs_columns_used(tree: exp.Expression, run_columns: list[str]) -> list[str]
     return used or ["id"]
 
 
-def runs_references(tree: exp.Expression) -> int:
+def runs_references(tree: exp.Expr) -> int:
     """How many times `runs` is named as a table in a checked query."""
     return sum(1 for t in tree.find_all(exp.Table) if isinstance(t.this, exp.Identifier) and _norm(t.this) == "runs")
 
