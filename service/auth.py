@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from service.errors import BadRequest, NotFound
+from service.errors import BadRequest, Conflict, NotFound
 from service.tables import ApiToken
 
 SCOPES = ("read", "write", "admin")
@@ -47,10 +47,24 @@ def list_tokens(session: Session) -> list[ApiToken]:
     return list(session.scalars(sa.select(ApiToken).order_by(ApiToken.id)))
 
 
-def revoke_token(session: Session, token_id: int) -> ApiToken:
+def revoke_token(session: Session, token_id: int, *, keep_last_admin: bool = False) -> ApiToken:
+    """Revoke a token (idempotent). `keep_last_admin` (a server bound beyond loopback): refuse with
+    Conflict (409) to revoke the last active admin token, which would leave the server without anyone
+    able to manage tokens. The active admin tokens are locked (PostgreSQL FOR UPDATE; DuckDB writes
+    are serialised) so two concurrent revocations cannot both pass the check."""
     row = session.get(ApiToken, token_id)
     if row is None:
         raise NotFound(f"no token with id {token_id}", [{"field": "id", "value": token_id, "message": "not found"}])
+    if keep_last_admin and row.revoked_at is None and row.scope == "admin":
+        query = (sa.select(ApiToken.id).where(ApiToken.scope == "admin", ApiToken.revoked_at.is_(None))
+                 .order_by(ApiToken.id))
+        if session.get_bind().dialect.name == "postgresql":
+            query = query.with_for_update()
+        admins = list(session.scalars(query))
+        if admins == [row.id]:
+            raise Conflict(f"token {token_id} is the last active admin token of a server bound beyond loopback: "
+                           "create another admin token before revoking it",
+                           [{"field": "id", "value": token_id, "message": "last active admin token"}])
     row.revoked_at = row.revoked_at or datetime.now(UTC).replace(tzinfo=None)
     return row
 

@@ -7,6 +7,7 @@ peak_memory_gib (GiB = 2**30 bytes per GPU), step_time_s (seconds per optimizer 
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -26,6 +27,24 @@ PosInt = Field(default=None, ge=1, le=INT32_MAX)
 def as_utc(v: datetime | None) -> datetime | None:
     """A naive (UTC) datetime made timezone-aware, so it serialises as RFC 3339 with +00:00."""
     return v.replace(tzinfo=UTC) if v is not None and v.tzinfo is None else v
+
+
+def finite_json(value: Any, path: str = "extra") -> Any:
+    """`value` unchanged when every number in it (nested dicts and lists included) is finite.
+
+    JSON has no NaN or Infinity, but Python's parser reads `NaN`, `Infinity` and overflowing literals
+    such as `1e309` as non-finite floats; they would be stored as text on one backend and refused by
+    the other. Raises ValueError naming the path of the first one (e.g. "extra.loss[3]")."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{path}: {value!r} is not a finite number (JSON has no NaN or Infinity)")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            finite_json(v, f"{path}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            finite_json(v, f"{path}[{i}]")
+    return value
 
 
 #: a stored (naive UTC) timestamp on the wire: timezone-aware, RFC 3339 with its offset
@@ -96,6 +115,8 @@ class RunIn(BaseModel):
     error_class: ErrorClass | None = None
     error_message: str | None = Field(default=None, max_length=20000)
     extra: dict[str, Any] | None = None
+
+    _finite_extra = field_validator("extra")(classmethod(lambda cls, v: finite_json(v)))
 
     @field_validator("started_at")
     @classmethod

@@ -33,8 +33,20 @@ class Settings(BaseSettings):
     #: user SQL: statement timeout, seconds, and row cap
     sql_timeout_s: float = 5.0
     sql_max_rows: int = 10_000
+    #: user SQL: largest answer (the rows as JSON), bytes; larger answers are refused with 400
+    sql_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024, le=1 << 30)
+    #: user SQL: memory for the query (DuckDB memory_limit of the sandbox; PostgreSQL work_mem), MiB
+    sql_memory_mb: int = Field(default=512, ge=16, le=1 << 20)
+    #: user SQL on PostgreSQL: URL of the login role that may SELECT runs only (migration 0009);
+    #: default: the service's URL with the user scalebook_reader and no password
+    sql_database_url: str | None = None
+    #: origins (scheme://host[:port]) allowed to send cross-origin requests, comma-separated; none by default
+    cors_origins: str = ""
     #: allow binding beyond loopback without tokens
     insecure: bool = False
+    #: the address the API is bound to (`scalebook serve --host` sets it): beyond loopback the API is
+    #: never open without tokens (unless `insecure`) and its last admin token cannot be revoked
+    host: str = "127.0.0.1"
 
     @field_validator("max_batch_runs", "max_body_bytes", "sql_max_rows")
     @classmethod
@@ -76,13 +88,19 @@ def normalise_url(url: str) -> str:
 
 
 def is_loopback(host: str) -> bool:
-    """True for localhost / 127.0.0.0/8 / ::1."""
-    if host in ("localhost", ""):
+    """True for localhost / 127.0.0.0/8 / ::1 only. "" (every interface to uvicorn), 0.0.0.0, ::
+    and any other name or address are not loopback."""
+    if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def public_bind(settings: Settings) -> bool:
+    """Whether the API is bound beyond loopback without --insecure: then it must never be open."""
+    return not is_loopback(settings.host) and not settings.insecure
 
 
 @lru_cache

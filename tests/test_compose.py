@@ -54,7 +54,8 @@ def test_compose_config_validates():
     assert set(resolved["services"]) == {"postgres", "api", "dashboard"}
     api = resolved["services"]["api"]
     assert api["depends_on"]["postgres"]["condition"] == "service_healthy"
-    assert api["environment"]["SCALEBOOK_DATABASE_URL"].startswith("postgresql://postgres:")
+    assert api["environment"]["SCALEBOOK_DATABASE_URL"].startswith("postgresql://scalebook:")  # not the superuser
+    assert api["environment"]["SCALEBOOK_SQL_DATABASE_URL"].startswith("postgresql://scalebook_reader:")
     assert "pgdata" in resolved["volumes"]
 
 
@@ -67,6 +68,10 @@ def test_postgres_service(compose):
     volume, target = pg["volumes"][0].split(":")[:2]
     assert volume in compose["volumes"] and target == "/var/lib/postgresql/data"
     assert "ports" not in pg  # the database is reachable from the compose network only
+    init = [v for v in pg["volumes"] if "docker-entrypoint-initdb.d" in v]
+    assert init and (REPO / init[0].split(":")[0]).is_file()  # makes the non-superuser service role
+    script = (REPO / init[0].split(":")[0]).read_text()
+    assert "CREATE ROLE scalebook LOGIN CREATEROLE NOSUPERUSER" in script
 
 
 def test_api_service(compose):
@@ -74,7 +79,7 @@ def test_api_service(compose):
     assert api["build"] == "."
     assert api["depends_on"]["postgres"]["condition"] == "service_healthy"
     url = api["environment"]["SCALEBOOK_DATABASE_URL"]
-    assert url.startswith("postgresql://postgres:") and url.endswith("@postgres:5432/scalebook")
+    assert url.startswith("postgresql://scalebook:") and url.endswith("@postgres:5432/scalebook")
     command = api["command"][-1]
     assert command.index("scalebook db upgrade") < command.index("scalebook serve --host 0.0.0.0 --port 8000")
     assert "--insecure" in command and "LOCAL USE ONLY" in COMPOSE_FILE.read_text()

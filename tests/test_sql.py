@@ -136,8 +136,8 @@ def test_hostile_queries_are_refused_and_nothing_changes(nanotron_client, databa
         assert {"runs", "api_tokens"} <= tables and not tables & {"stolen", "newtable", "x"}
         assert conn.scalar(sa.text("SELECT count(*) FROM runs")) == N_SAMPLE
         assert conn.scalar(sa.text("SELECT max(id) FROM runs")) == max_id
-        if backend == "duckdb":  # the instance-wide hardening of the first user query
-            assert conn.scalar(sa.text("SELECT current_setting('enable_external_access')")) is False
+        if backend == "duckdb":  # user SQL runs in a sandbox of its own: the service's instance is untouched
+            assert conn.scalar(sa.text("SELECT current_setting('enable_external_access')")) is True
     # the service still ingests (DuckDB: the Arrow bulk path works with external access off), and the
     # run-id sequence was never advanced by a query
     batch = [{"model_params": 8_000_000_000, "nodes": 1, "gpus_per_node": 8, "tp": 1, "run_key": f"after-{i}",
@@ -148,17 +148,22 @@ def test_hostile_queries_are_refused_and_nothing_changes(nanotron_client, databa
 
 
 def test_sandbox_holds_without_the_parser(database, backend, nanotron_client):
-    """Second layer alone (execute_sandboxed skips sqlglot): no writes, no files, on PostgreSQL no
-    api_tokens either; DuckDB relies on the parser for api_tokens (same instance)."""
+    """Second layer alone (execute_sandboxed skips sqlglot): no writes, no files, no other table of
+    ours on either backend (issue 14 item 1: the sandbox holds only runs, by construction)."""
+    hidden = ["api_tokens", "alembic_version", "run_configs"]
     refused = ["DELETE FROM runs", "SELECT 1; DELETE FROM runs", "DROP TABLE runs",
                "WITH x AS (DELETE FROM runs RETURNING *) SELECT * FROM x", "SELECT nextval('runs_id_seq')",
                "SELECT * FROM runs FOR UPDATE", "CREATE TABLE stolen AS SELECT 1", "SELECT * INTO stolen FROM runs"]
+    refused += [f"SELECT * FROM {t}" for t in hidden]
+    refused += [f"WITH RECURSIVE {t} AS (SELECT * FROM {t}) SELECT * FROM {t}" for t in hidden]
     if backend == "postgresql":
-        refused += ["SELECT * FROM api_tokens", "SELECT pg_read_file('/etc/passwd')", "COPY runs TO '/tmp/sb.csv'",
-                    "SELECT lo_import('/etc/passwd')", "SELECT pg_ls_dir('.')"]
+        refused += ["SELECT pg_read_file('/etc/passwd')", "COPY runs TO '/tmp/sb.csv'",
+                    "SELECT lo_import('/etc/passwd')", "SELECT pg_ls_dir('.')",
+                    "SELECT set_config('role', 'postgres', false)", "SET ROLE postgres"]
     else:
         refused += ["SELECT * FROM read_csv('/etc/passwd')", "SELECT * FROM read_text('/etc/passwd')",
-                    "SELECT * FROM '/etc/passwd'", "INSTALL httpfs", "ATTACH '/tmp/sb_other.db'"]
+                    "SELECT * FROM '/etc/passwd'", "INSTALL httpfs", "ATTACH '/tmp/sb_other.db'",
+                    "SET memory_limit = '100GB'", "SELECT getenv('HOME')"]
     for query in refused:
         with pytest.raises(QueryRejected):
             user_sql.execute_sandboxed(database, query, timeout_s=5, max_rows=10)
@@ -249,7 +254,9 @@ def test_migration_made_a_least_privilege_reader_role(database, backend):
     with database.engine.connect() as conn:
         role = conn.execute(sa.text("SELECT rolcanlogin, rolsuper, rolcreaterole FROM pg_roles "
                                     "WHERE rolname = 'scalebook_reader'")).one()
-        assert tuple(role) == (False, False, False)
+        assert tuple(role) == (True, False, False)  # LOGIN since 0009: user SQL's own pool logs in as it
+        assert not conn.scalar(sa.text("SELECT count(*) FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.member "
+                                       "WHERE r.rolname = 'scalebook_reader'"))  # member of no role
         assert conn.scalar(sa.text("SELECT has_table_privilege('scalebook_reader', 'runs', 'SELECT')"))
         for table, privilege in [("runs", "INSERT"), ("runs", "UPDATE"), ("runs", "DELETE"),
                                  ("api_tokens", "SELECT"), ("alembic_version", "SELECT")]:

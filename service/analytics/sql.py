@@ -1,251 +1,68 @@
-"""Read-only SQL over the runs table (DESIGN §7): one SELECT, a timeout and a row cap, on both backends.
+"""Read-only SQL over the runs table (DESIGN §7): the query sees `runs` and nothing else, by construction.
 
-Defence in depth; every layer refuses on its own:
+Layer 1, the parser gate (service/analytics/sql_check.py), refuses anything but one SELECT over runs.
+Layer 2, here, runs what passed where nothing else exists, so a parser bypass finds nothing to read:
 
-1. Parser gate (sqlglot, dialect "duckdb" or "postgres"), `check_query`:
-   - exactly one statement whose root is a SELECT / set operation (UNION, INTERSECT, EXCEPT), WITH allowed;
-   - no statement or clause node anywhere in the tree that writes, changes state or leaves the database
-     (INSERT/UPDATE/DELETE/MERGE/COPY/CREATE/DROP/ALTER/ATTACH/DETACH/INSTALL/LOAD/SET/PRAGMA/CALL/
-     EXPORT/IMPORT/VACUUM/CHECKPOINT/... — sqlglot parses unknown statements as `Command`, refused too),
-     no SELECT ... INTO, no locking clause (FOR UPDATE/SHARE);
-   - every table reference is `runs` or a CTE visible at that point (SQL scoping: a CTE sees only the
-     CTEs defined before it, or itself WITH RECURSIVE), never schema-qualified; identifiers are compared
-     the PostgreSQL way (unquoted folded to lower case, quoted exact), so `"RUNS"` is refused;
-   - table functions only from a small allowlist of pure generators (range, generate_series, unnest);
-   - no function whose name matches DENIED_FUNCTIONS (files, settings, sequences, sleeping, SQL executed
-     from strings, catalogs, other databases); no schema-qualified function calls.
-   `pg_sleep` is *denied* (pg_ prefix): it has no analytic use and only holds a connection; the
-   timeout is exercised with a real cross join instead.
-   The statement executed is sqlglot's regeneration of the checked tree (comments dropped, unsupported
-   syntax an error), re-checked once more, so the database runs exactly what was checked, whatever
-   tokenizer differences (comments, quoting, escapes) exist between sqlglot and the server.
-
-2. Execution sandbox per backend, `run_query`:
-   - PostgreSQL: its own transaction `SET TRANSACTION READ ONLY`, `SET LOCAL statement_timeout`,
-     `search_path` pinned to the schema of `runs`, `SET LOCAL ROLE scalebook_reader` (a NOLOGIN role made by
-     migration 0002 with SELECT on runs only), and the query runs as a server-side cursor
-     (`DECLARE ... CURSOR FOR`, which accepts one SELECT/VALUES and no data-modifying WITH). Even a
-     parser bypass then cannot write (read-only transaction), read api_tokens or files (role privileges).
-     Without the role (the migrating user could not create it) the endpoint answers 503 `sql_unavailable`
-     naming the statements that create it, rather than run user SQL with the service's own privileges.
-     Residual risk: a superuser/CREATEROLE *session* can leave the role with `set_config('role', ...)`,
-     so that function is denied by the parser; deploy the service with a non-superuser database user.
-   - DuckDB: the service process owns the file, so the query runs on a duplicate connection of the
-     service's instance inside `BEGIN TRANSACTION READ ONLY` (DuckDB 2.0 refuses every write there,
-     nextval included); DuckDB's own parser must see exactly one SELECT (`extract_statements`); and
-     `SET enable_external_access = false` is applied to the instance before the first user query
-     (instance-wide and irreversible: no file/extension/network access for anyone in this process;
-     the service never needs it — Arrow ingest and checkpoints keep working). `lock_configuration` is
-     NOT set: it would also lock the service's own settings, and SET never passes both parsers.
-     api_tokens is protected on DuckDB by the parsers alone (same file, same instance).
-   - Timeout: PostgreSQL statement_timeout; DuckDB a threading.Timer calling `interrupt()` on the
-     query's connection. Both answer 400 query_rejected "query exceeded the N s timeout".
-   - Row cap: the result is streamed and `fetchmany(cap + 1)` read; more rows → truncated=true.
-
-Values are made JSON-safe (`json_safe`): datetimes/dates/times → ISO 8601 strings, Decimal → float,
-NaN/±inf → null, intervals → seconds, UUID → string, bytes → hex, DuckDB JSON text → parsed JSON.
+- DuckDB: the query runs on its own connection to an in-memory DuckDB instance that holds nothing
+  (one per process and memory limit), never on the service's file. Its only relation is `runs`, a
+  TEMP view of that connection alone: the columns the query names, exported from the
+  service's file as Arrow (streamed as a RecordBatchReader when the query names runs once and has no
+  CTE, else materialised as an Arrow table). api_tokens, alembic_version and every catalog of the real
+  file are simply not there. The instance is created with `enable_external_access=false` (no files,
+  extensions, network), `python_enable_replacements=false` (no Python variables as tables),
+  `memory_limit` = SCALEBOOK_SQL_MEMORY_MB, `threads` = 2 and `lock_configuration=true` (no SET can
+  undo any of it), and the query runs inside `BEGIN TRANSACTION READ ONLY`; DuckDB's own parser must
+  see exactly one SELECT. repeat/lpad/rpad and the list forms of range/generate_series, which build a
+  value in one uninterruptible piece, are shadowed by macros that refuse values over the byte cap
+  (`_SIZE_GUARDS`). The connection, with everything it registered, is closed after the query.
+- PostgreSQL: the query runs on a connection of its own pool, logged in as the role scalebook_reader
+  (migrations 0002 and 0009: LOGIN, owns nothing, member of nothing, SELECT on runs only, read-only by
+  default), URL SCALEBOOK_SQL_DATABASE_URL or the service's URL with that user and no password. It runs
+  as a server-side cursor (`DECLARE … CURSOR`, one SELECT only) in a `READ ONLY` transaction with
+  `statement_timeout` and `work_mem` set. The role cannot `SET ROLE` to anything (it is member of no
+  role), so `set_config('role', …)` cannot leave it whatever the service's own user is. System
+  catalogs (pg_catalog, information_schema) stay readable as for any PostgreSQL login; the parser gate
+  refuses them.
+- Both: at most SCALEBOOK_SQL_MAX_ROWS rows are read (`truncated: true` when more matched); the
+  answer is refused with 400 when it exceeds SCALEBOOK_SQL_MAX_BYTES (counted while it is read, before
+  it is built); the SCALEBOOK_SQL_TIMEOUT_S deadline covers the export, the query, the fetch and the
+  conversion to JSON. Every error of the user's query — syntax, out of memory, stack depth, timeout,
+  too big — is 400 `query_rejected`; only a lost database is 503.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import math
-import re
 import threading
 import time
-import uuid
-from decimal import Decimal
+import warnings
+import weakref
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-from sqlglot.errors import ErrorLevel, ParseError, TokenError, UnsupportedError
+import sqlalchemy as sa
 
+from service.analytics.sql_check import (  # noqa: F401 - re-exported: the public API of user SQL
+    MAX_QUERY_CHARS,
+    _reject,
+    check_and_parse,
+    check_query,
+    json_safe,
+    runs_columns_used,
+    runs_references,
+    sqlglot_dialect,
+)
 from service.db import Database
 from service.errors import DatabaseUnavailable, QueryRejected, SqlUnavailable
+from service.tables import Run
 
 READER_ROLE = "scalebook_reader"
-#: longest query checked: sqlglot's pure-Python tokenizer and parser cost ~0.1 ms per token, paid before
-#: any database timeout applies, so the length is capped (realistic analytics queries are far shorter)
-MAX_QUERY_CHARS = 10_000
-ALLOWED_TABLES = frozenset({"runs"})
-#: pure row generators allowed in FROM (sqlglot class keys and plain names)
-ALLOWED_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "generateseries", "explodinggenerateseries",
-                                     "unnest"})
-#: function names (lower case) refused anywhere, as glob patterns ('*' = any characters)
-DENIED_FUNCTIONS = (
-    "pg_*", "lo_*", "dblink*", "duckdb_*", "pragma_*", "read_*", "sqlite_*", "postgres_*", "mysql_*", "parquet_*",
-    "iceberg_*", "delta_*", "ducklake_*", "arrow_*", "txid_*", "json_execute*", "load_*", "install_*", "http_*",
-    "current_setting", "set_config", "setseed", "nextval", "currval", "setval", "lastval", "getenv", "getvariable",
-    "query", "query_table", "query_table_by_name", "glob", "sniff_csv", "ts_stat", "checkpoint", "force_checkpoint",
-    "sleep*", "which_secret", "secret", "to_file", "next_value_for", "system", "shell", "copy*", "export*", "import*",
-    "*to_xml*", "xml_*", "write_log", "*_logging", "*_profiling", "*external_resource*", "truncate_*", "python_*",
-    "pandas_*", "seq_scan", "dbgen", "dsdgen", "tpch*", "tpcds*", "brin_*", "gin_*", "loread", "lowrite", "currtid*",
-    "amvalidate", "*handler", "plpgsql_*", "ri_fkey_*", "unique_key_recheck", "*trigger*", "ts_rewrite",
-    "cursor_to_*", "query_to_*", "dsnowball_*",
-)
-#: tree nodes refused anywhere (statements and clauses that write, lock or leave the database)
-_FORBIDDEN_NODES = tuple(getattr(exp, name) for name in (
-    "DML", "DDL", "Insert", "Update", "Delete", "Merge", "Copy", "Create", "Drop", "Alter", "Command", "Set", "Pragma",
-    "Attach", "Detach", "Install", "Use", "Describe", "Summarize", "Show", "Transaction", "Commit", "Rollback",
-    "Analyze", "Grant", "Revoke", "Refresh", "Cache", "Uncache", "LoadData", "TruncateTable", "Comment", "Kill",
-    "Export", "Declare", "Into", "Lock", "NextValueFor", "Secret") if hasattr(exp, name))
-_GLOB = [re.compile("^" + re.escape(p).replace(r"\*", ".*") + "$") for p in DENIED_FUNCTIONS]
-_PLAIN_NAME = re.compile(r"^[a-z_][a-z0-9_$]*$")
-
-
-def sqlglot_dialect(db_dialect: str) -> str:
-    """SQLAlchemy dialect name → sqlglot dialect ("duckdb" | "postgres")."""
-    return "postgres" if db_dialect.startswith("postgres") else "duckdb"
-
-
-def _reject(message: str, **detail: Any) -> QueryRejected:
-    return QueryRejected(message, [{"field": "query", "value": detail.get("value"), "message": message}])
-
-
-def _norm(ident: exp.Expression | None) -> str:
-    """PostgreSQL identifier semantics: quoted exact, unquoted lower-cased."""
-    if not isinstance(ident, exp.Identifier):
-        return ident.name.lower() if ident is not None else ""
-    return ident.name if ident.quoted else ident.name.lower()
-
-
-def _function_names(fn: exp.Func) -> set[str]:
-    if isinstance(fn, exp.Anonymous):
-        return {fn.name.lower()}
-    names = {type(fn).key.lower()}
-    try:
-        names.update(n.lower() for n in fn.sql_names())
-    except Exception:  # noqa: BLE001 - some classes have no sql_names
-        pass
-    return names
-
-
-def _denied(name: str) -> bool:
-    return any(g.match(name) for g in _GLOB)
-
-
-def _visible_ctes(table: exp.Table) -> set[str]:
-    """CTE names visible where `table` stands: all CTEs of an enclosing query's WITH when the table is
-    in the query body; only the earlier siblings (and itself WITH RECURSIVE) when inside a CTE."""
-    visible: set[str] = set()
-    node: exp.Expr = table
-    while node.parent is not None:
-        parent = node.parent
-        if isinstance(parent, exp.With) and isinstance(node, exp.CTE):
-            ctes = list(parent.expressions)
-            idx = next(i for i, c in enumerate(ctes) if c is node)
-            upto = idx + 1 if parent.args.get("recursive") else idx
-            visible.update(_norm(c.args["alias"].this) for c in ctes[:upto] if c.args.get("alias"))
-        else:
-            for value in parent.args.values():
-                if isinstance(value, exp.With) and value is not node:
-                    visible.update(_norm(c.args["alias"].this) for c in value.expressions if c.args.get("alias"))
-        node = parent
-    return visible
-
-
-def _check_table(table: exp.Table) -> None:
-    if table.args.get("db") or table.args.get("catalog"):
-        raise _reject(f"'{table.sql()}': schema-qualified names are not allowed; query the table runs",
-                      value=table.sql())
-    target = table.this
-    if isinstance(target, exp.Func):
-        names = _function_names(target)
-        if names & ALLOWED_TABLE_FUNCTIONS and not any(_denied(n) for n in names):
-            return
-        raise _reject(f"table function {sorted(names)[0]}() is not allowed: only the runs table (and "
-                      f"range/generate_series/unnest) may be queried", value=table.sql())
-    if not isinstance(target, exp.Identifier):
-        raise _reject(f"'{table.sql()}' is not allowed as a table: only runs may be queried", value=table.sql())
-    name = _norm(target)
-    if name in ALLOWED_TABLES or name in _visible_ctes(table):
-        return
-    raise _reject(f"table '{target.sql()}' is not allowed: only the runs table (and CTEs over it) may be queried",
-                  value=target.name)
-
-
-def _check_tree(root: exp.Expr) -> None:
-    query = root
-    while isinstance(query, (exp.Subquery, exp.Paren)):
-        query = query.this
-    if not isinstance(query, (exp.Select, exp.SetOperation)):
-        kind = type(query).__name__.upper()
-        raise _reject(f"only SELECT queries are allowed (got {kind}): no writes, DDL, settings or commands",
-                      value=kind)
-    for node in root.walk():
-        if isinstance(node, _FORBIDDEN_NODES):
-            kind = {"Into": "SELECT ... INTO", "Lock": "FOR UPDATE/SHARE locking clause"}.get(
-                type(node).__name__, type(node).__name__.upper())
-            raise _reject(f"{kind} is not allowed: only read-only SELECT queries over runs", value=kind)
-        if isinstance(node, exp.Table):
-            _check_table(node)
-        elif isinstance(node, exp.Lateral) and isinstance(node.this, exp.Func):  # LATERAL f(...): a table function
-            _check_table(exp.Table(this=node.this.copy()))
-        elif isinstance(node, exp.Func):
-            for name in _function_names(node):
-                if _denied(name) or (isinstance(node, exp.Anonymous) and not _PLAIN_NAME.match(name)):
-                    raise _reject(f"function {name}() is not allowed in read-only SQL (files, settings, "
-                                  "sequences, sleeping, catalogs and other databases are out of reach)", value=name)
-        elif isinstance(node, exp.Dot) and isinstance(node.expression, exp.Func):
-            raise _reject(f"schema-qualified function '{node.sql()}' is not allowed", value=node.sql())
-
-
-def check_query(query: str, dialect: str) -> str:
-    """Check one user query with sqlglot and return the SQL to execute (sqlglot's regeneration).
-
-    `dialect`: "duckdb" | "postgres". Raises QueryRejected (400) naming what was refused: parse errors,
-    more or fewer than one statement, anything but a read-only SELECT over runs (see module docstring),
-    queries longer than MAX_QUERY_CHARS or nested too deeply.
-    """
-    if not query or not query.strip():
-        raise _reject("empty query")
-    if len(query) > MAX_QUERY_CHARS:
-        raise _reject(f"the query is {len(query):,} characters long; at most {MAX_QUERY_CHARS:,} are checked",
-                      value=len(query))
-    try:
-        statements = [s for s in sqlglot.parse(query, read=dialect) if s is not None]
-        if len(statements) != 1:
-            raise _reject(f"exactly one SQL statement is allowed, got {len(statements)}", value=len(statements))
-        _check_tree(statements[0])
-        sql = statements[0].sql(dialect=dialect, comments=False, unsupported_level=ErrorLevel.RAISE)
-        again = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
-        if len(again) != 1:
-            raise _reject("exactly one SQL statement is allowed")
-        _check_tree(again[0])
-    except (ParseError, TokenError) as exc:
-        raise _reject(f"could not parse the query as {dialect} SQL: {str(exc).splitlines()[0][:300]}") from exc
-    except UnsupportedError as exc:
-        raise _reject(f"the query uses syntax that cannot be checked safely: {str(exc).splitlines()[0][:300]}") from exc
-    except RecursionError as exc:
-        raise _reject("the query is nested too deeply to be checked") from exc
-    return sql
-
-
-# -- values --------------------------------------------------------------------------------------
-def json_safe(value: Any) -> Any:
-    """One result value as JSON: ISO 8601 for datetimes, float for Decimal, None for NaN/inf,
-    seconds for intervals, str for UUID, hex for bytes; lists and dicts recursively."""
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Decimal):
-        return float(value) if value.is_finite() else None
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [json_safe(v) for v in value]
-    return str(value)
+RUN_COLUMNS = [c.name for c in Run.__table__.columns]
+_JSON_COLUMNS = {c.name for c in Run.__table__.columns if isinstance(c.type, sa.JSON)}
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+DEFAULT_MEMORY_MB = 512
+_SANDBOX_THREADS = 2
+_BATCH_ROWS = 1024
+_PG_BATCH_ROWS = 128  # FETCH size: the server sends a whole batch at once
 
 
 def _timeout_error(timeout_s: float) -> QueryRejected:
@@ -253,152 +70,339 @@ def _timeout_error(timeout_s: float) -> QueryRejected:
                    value=timeout_s)
 
 
+def _too_big(max_bytes: int) -> QueryRejected:
+    return _reject(f"the answer exceeds {max_bytes:,} bytes (SCALEBOOK_SQL_MAX_BYTES): select fewer or smaller "
+                   "columns, aggregate, or add a LIMIT", value=max_bytes)
+
+
+def _first_lines(text: str, n: int = 3) -> str:
+    return " ".join(line.strip() for line in text.strip().splitlines()[:n])[:500]
+
+
+class _Answer:
+    """Rows gathered under the row cap, the byte cap and the deadline."""
+
+    def __init__(self, max_rows: int, max_bytes: int, deadline: float, timeout_s: float):
+        self.rows: list[list[Any]] = []
+        self.max_rows, self.max_bytes = max_rows, max_bytes
+        self.deadline, self.timeout_s = deadline, timeout_s
+        self.size = 0
+        self.truncated = False
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise _timeout_error(self.timeout_s)
+
+    def add_bytes(self, n: int) -> None:
+        self.size += n
+        if self.size > self.max_bytes:
+            raise _too_big(self.max_bytes)
+
+    def add(self, rows: list[list[Any]]) -> bool:
+        """Add JSON-safe rows; False once the row cap is reached (more rows → truncated)."""
+        room = self.max_rows - len(self.rows)
+        if len(rows) > room:
+            rows, self.truncated = rows[:room], True
+        self.add_bytes(len(json.dumps(rows, separators=(",", ":"), default=str)) if rows else 0)
+        self.rows.extend(rows)
+        self.check_time()
+        return not self.truncated
+
+
 # -- execution -----------------------------------------------------------------------------------
-def run_query(db: Database, query: str, *, timeout_s: float, max_rows: int) -> dict[str, Any]:
-    """Check and run one read-only query over runs.
+def run_query(db: Database, query: str, *, timeout_s: float, max_rows: int, max_bytes: int = DEFAULT_MAX_BYTES,
+              memory_mb: int = DEFAULT_MEMORY_MB, reader_url: str | None = None) -> dict[str, Any]:
+    """Check and run one read-only query over runs (module docstring).
 
     Returns {"columns": [str], "rows": [[json value]], "row_count": int, "truncated": bool,
-    "elapsed_ms": float (execution and fetch, milliseconds)}. Raises QueryRejected (400) for a refused
-    query, a database error in it or the timeout; SqlUnavailable (503) when PostgreSQL lacks the
-    reader role; DatabaseUnavailable (503) when the database cannot be reached.
+    "elapsed_ms": float (export, execution, fetch and conversion, milliseconds)}. Raises QueryRejected
+    (400) for a refused query, an error in it, the timeout or an answer over max_bytes; SqlUnavailable
+    (503) when PostgreSQL has no usable reader role; DatabaseUnavailable (503) when the database cannot
+    be reached.
     """
     dialect = sqlglot_dialect(db.dialect)
-    sql = check_query(query, dialect)
+    sql, tree = check_and_parse(query, dialect)
+    start = time.perf_counter()
     if dialect == "duckdb":
-        columns, rows, elapsed = _run_duckdb(db, sql, timeout_s, max_rows)
+        columns, answer = _run_duckdb(db, sql, timeout_s, max_rows, max_bytes, memory_mb,
+                                      runs_columns_used(tree, RUN_COLUMNS), stream=_streamable(tree))
     else:
-        columns, rows, elapsed = _run_postgres(db, sql, timeout_s, max_rows)
-    truncated = len(rows) > max_rows
-    rows = rows[:max_rows]
-    return {"columns": columns, "rows": rows, "row_count": len(rows), "truncated": truncated,
-            "elapsed_ms": round(elapsed * 1000.0, 3)}
+        columns, answer = _run_postgres(db, sql, timeout_s, max_rows, max_bytes, memory_mb, reader_url)
+    return {"columns": columns, "rows": answer.rows, "row_count": len(answer.rows), "truncated": answer.truncated,
+            "elapsed_ms": round((time.perf_counter() - start) * 1000.0, 3)}
 
 
-def execute_sandboxed(db: Database, sql: str, *, timeout_s: float, max_rows: int) -> tuple[list[str], list[list]]:
+def execute_sandboxed(db: Database, sql: str, *, timeout_s: float, max_rows: int,
+                      max_bytes: int = DEFAULT_MAX_BYTES, memory_mb: int = DEFAULT_MEMORY_MB) -> tuple[list[str], list]:
     """Run `sql` in the backend sandbox WITHOUT the parser gate (for tests of the second layer).
 
-    Returns (columns, rows) with at most max_rows + 1 rows. Same errors as run_query.
+    Every run column is exported on DuckDB. Returns (columns, rows) with at most max_rows rows.
+    Same errors as run_query.
     """
-    runner = _run_duckdb if db.is_duckdb else _run_postgres
-    columns, rows, _ = runner(db, sql, timeout_s, max_rows)
-    return columns, rows
+    if db.is_duckdb:
+        columns, answer = _run_duckdb(db, sql, timeout_s, max_rows, max_bytes, memory_mb, RUN_COLUMNS, stream=False)
+    else:
+        columns, answer = _run_postgres(db, sql, timeout_s, max_rows, max_bytes, memory_mb, None)
+    return columns, answer.rows
 
 
-def _run_duckdb(db: Database, sql: str, timeout_s: float, max_rows: int) -> tuple[list[str], list[list], float]:
-    import duckdb
+def _streamable(tree) -> bool:
+    """A query that names runs once and has no CTE scans it once: it can read a stream."""
+    from sqlglot import exp
 
-    # own connection, same instance; its pooled parent is held until the query is done (DuckDB
-    # closes a duplicate() with its parent, and the pool closes surplus connections it gets back)
-    parent = db.engine.connect()
-    driver = parent.connection.driver_connection
-    assert driver is not None  # a checked-out connection has its driver connection
-    con = driver.duplicate()
-    try:
-        if con.execute("SELECT current_setting('enable_external_access')").fetchone()[0]:
-            con.execute("SET enable_external_access = false")  # instance-wide, irreversible (see docstring)
-        try:
-            statements = con.extract_statements(sql)
-        except duckdb.Error as exc:
-            raise _reject(f"DuckDB cannot parse the query: {_first_lines(str(exc))}") from exc
-        if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
-            raise _reject("DuckDB sees more than one statement or not a SELECT; refused")
-        con.execute("BEGIN TRANSACTION READ ONLY")
-        done = threading.Event()
-        timed_out = threading.Event()
+    return runs_references(tree) == 1 and not any(True for _ in tree.find_all(exp.CTE))
 
-        def _interrupt() -> None:
-            if not done.is_set():
-                timed_out.set()
+
+# -- DuckDB --------------------------------------------------------------------------------------
+class _Interrupter:
+    """Calls interrupt() on whichever DuckDB connection is working when the deadline passes."""
+
+    def __init__(self, timeout_s: float):
+        self._lock = threading.Lock()
+        self._con: Any = None
+        self.fired = False
+        self._timer = threading.Timer(timeout_s, self._fire)
+        self._timer.daemon = True
+
+    def watch(self, con: Any) -> None:
+        with self._lock:
+            self._con = con
+            if self.fired and con is not None:
                 con.interrupt()
 
-        timer = threading.Timer(timeout_s, _interrupt)
-        start = time.perf_counter()
-        timer.start()
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            if self._con is not None:
+                self._con.interrupt()
+
+    def __enter__(self) -> _Interrupter:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+        with self._lock:
+            self._con = None
+
+
+#: DuckDB builds a scalar's value in one piece, without checking for interrupts: repeat('x', 6e8) runs
+#: for minutes past any timeout and outside memory_limit. In the sandbox, temporary macros of the same
+#: names (which take precedence over the built-ins; the parser refuses the schema-qualified originals)
+#: refuse values longer than the answer may be.
+_SIZE_GUARDS = (
+    "repeat(s, n) AS system.main.repeat(s, CASE WHEN n * length(s) > {cap} THEN error('repeat(): result over "
+    "{cap} characters (SCALEBOOK_SQL_MAX_BYTES)') ELSE n END)",
+    *(f"{fn}(s, n, p) AS system.main.{fn}(s, CASE WHEN n > {{cap}} THEN error('{fn}(): result over {{cap}} "
+      f"characters (SCALEBOOK_SQL_MAX_BYTES)') ELSE n END, p)" for fn in ("lpad", "rpad")),
+    *(f"{fn}(a) AS system.main.{fn}(CASE WHEN a > {{cap}} THEN error('{fn}(): list over {{cap}} elements') "
+      f"ELSE a END), (a, b) AS system.main.{fn}(a, CASE WHEN b - a > {{cap}} THEN error('{fn}(): list over {{cap}} "
+      f"elements') ELSE b END), (a, b, c) AS system.main.{fn}(a, b, c)" for fn in ("range", "generate_series")),
+)
+
+
+#: the sandbox instances, one per memory limit: an in-memory DuckDB holding nothing, its configuration
+#: locked at creation. Each query gets a connection of its own (`cursor()`, ~4 ms instead of ~30-130 ms
+#: for a new instance); what it registers or creates is TEMP, visible to that connection only and gone
+#: when it closes. A fatal error drops the instance (the next query makes a new one).
+_instances: dict[int, Any] = {}
+_instances_lock = threading.Lock()
+
+
+def _sandbox(memory_mb: int, max_bytes: int):
+    """A fresh connection to the sandbox instance for `memory_mb`, with the size-guard macros."""
+    import duckdb
+
+    with _instances_lock:
+        instance = _instances.get(memory_mb)
+        if instance is None:
+            instance = _instances[memory_mb] = duckdb.connect(":memory:", config={
+                "enable_external_access": False, "python_enable_replacements": False,
+                "autoinstall_known_extensions": False, "autoload_known_extensions": False,
+                "memory_limit": f"{memory_mb}MB", "threads": _SANDBOX_THREADS, "lock_configuration": True})
+        con = instance.cursor()
+    for macro in _SIZE_GUARDS:
+        con.execute("CREATE TEMP MACRO " + macro.format(cap=max_bytes))
+    return con
+
+
+def _drop_sandbox(memory_mb: int) -> None:
+    with _instances_lock:
+        instance = _instances.pop(memory_mb, None)
+    if instance is not None:
+        instance.close()
+
+
+def _duckdb_error(exc: Exception, interrupter: _Interrupter, timeout_s: float, memory_mb: int) -> Exception:
+    import duckdb
+
+    if isinstance(exc, duckdb.FatalException):
+        _drop_sandbox(memory_mb)  # a fatal error invalidates the instance; the service's file is untouched
+    if interrupter.fired or isinstance(exc, duckdb.InterruptException):
+        return _timeout_error(timeout_s)
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return _reject(f"the query ran out of its memory (SCALEBOOK_SQL_MEMORY_MB): {_first_lines(str(exc))}")
+    return _reject(f"the database refused the query: {_first_lines(str(exc))}")
+
+
+def _run_duckdb(db: Database, sql: str, timeout_s: float, max_rows: int, max_bytes: int, memory_mb: int,
+                columns: list[str], *, stream: bool) -> tuple[list[str], _Answer]:
+    import duckdb
+
+    answer = _Answer(max_rows, max_bytes, time.monotonic() + timeout_s, timeout_s)
+    select = "SELECT " + ", ".join(f'"{c}"' for c in columns) + " FROM runs"
+    with _Interrupter(timeout_s) as interrupter:
+        # the service's connection exports the runs relation; its pooled parent is held until the
+        # query is done (DuckDB closes a duplicate() with its parent)
+        parent = db.engine.connect()
+        service_con = parent.connection.driver_connection
+        assert service_con is not None
+        source = service_con.duplicate()
+        sandbox = _sandbox(memory_mb, max_bytes)
         try:
-            cur = con.execute(statements[0])
-            description = cur.description or []
-            raw_rows = cur.fetchmany(max_rows + 1)
-        except duckdb.Error as exc:
-            if timed_out.is_set() or isinstance(exc, duckdb.InterruptException):
-                raise _timeout_error(timeout_s) from exc
-            if isinstance(exc, (duckdb.FatalException, duckdb.InternalException)):
-                raise DatabaseUnavailable(f"DuckDB failed: {exc}") from exc
-            raise _reject(f"the database refused the query: {_first_lines(str(exc))}") from exc
+            interrupter.watch(source)
+            try:
+                relation = source.sql(select)
+                runs = relation.to_arrow_reader(_BATCH_ROWS) if stream else relation.to_arrow_table()
+                interrupter.watch(sandbox)
+                sandbox.register("runs_arrow", runs)
+                json_cols = [c for c in columns if c in _JSON_COLUMNS]
+                replace = f" REPLACE ({', '.join(f'CAST({c} AS JSON) AS {c}' for c in json_cols)})" if json_cols else ""
+                sandbox.execute(f"CREATE TEMP VIEW runs AS SELECT *{replace} FROM runs_arrow")
+                statements = sandbox.extract_statements(sql)
+            except duckdb.Error as exc:
+                raise _duckdb_error(exc, interrupter, timeout_s, memory_mb) from exc
+            if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+                raise _reject("DuckDB sees more than one statement or not a SELECT; refused")
+            try:
+                sandbox.execute("BEGIN TRANSACTION READ ONLY")
+                result = sandbox.sql(sql)
+                names = list(result.columns)
+                is_json = [str(t).upper() == "JSON" for t in result.types]
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    reader = result.to_arrow_reader(_BATCH_ROWS)
+                for batch in reader:
+                    answer.add_bytes(batch.nbytes)  # bounded before any Python object is built
+                    cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+                    rows = [[json_safe(_maybe_json(v) if is_json[i] else v) for i, v in enumerate(r)]
+                            for r in zip(*cols)] if cols else [[] for _ in range(batch.num_rows)]
+                    answer.size -= batch.nbytes  # counted again as JSON by add()
+                    if not answer.add(rows):
+                        break
+            except duckdb.Error as exc:
+                raise _duckdb_error(exc, interrupter, timeout_s, memory_mb) from exc
         finally:
-            done.set()
-            timer.cancel()
-        elapsed = time.perf_counter() - start
-    finally:
-        try:
-            con.execute("ROLLBACK")
-        except Exception:  # noqa: BLE001 - no transaction open after an early refusal
-            pass
-        con.close()
-        parent.close()
-    columns = [d[0] for d in description]
-    is_json = [str(d[1]).upper() == "JSON" for d in description]
-    rows = [[json_safe(_maybe_json(v) if is_json[i] else v) for i, v in enumerate(r)] for r in raw_rows]
-    return columns, rows, elapsed
+            interrupter.watch(None)
+            sandbox.close()
+            source.close()
+            parent.close()
+    return names, answer
 
 
 def _maybe_json(value: Any) -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than Python parses: answered as text
             return value
     return value
 
 
-_ROLE_HELP = (f"read-only SQL is disabled on this PostgreSQL database: the role {READER_ROLE} is missing or this "
-              f"service's user may not use it. Run `scalebook db upgrade` as a user with CREATEROLE, or as a "
-              f"superuser: CREATE ROLE {READER_ROLE} NOLOGIN; GRANT SELECT ON runs TO {READER_ROLE}; "
-              f"GRANT {READER_ROLE} TO <service user>")
+# -- PostgreSQL ----------------------------------------------------------------------------------
+_ROLE_HELP = (f"read-only SQL is disabled on this PostgreSQL database: the service cannot log in as {READER_ROLE} "
+              f"(missing, NOLOGIN, or a password is needed). Run `scalebook db upgrade` as a user with CREATEROLE "
+              f"(set SCALEBOOK_SQL_READER_PASSWORD to give it a password), or as a superuser: CREATE ROLE "
+              f"{READER_ROLE} LOGIN; GRANT SELECT ON runs TO {READER_ROLE}; then point "
+              f"SCALEBOOK_SQL_DATABASE_URL at it")
+
+#: the reader pools, one per Database, closed with it (weakly keyed: no pool outlives its Database)
+_readers: weakref.WeakKeyDictionary[Database, sa.Engine] = weakref.WeakKeyDictionary()
+_readers_lock = threading.Lock()
 
 
-def _run_postgres(db: Database, sql: str, timeout_s: float, max_rows: int) -> tuple[list[str], list[list], float]:
+def reader_url(db: Database, configured: str | None = None) -> str:
+    """The reader role's URL: `configured` (SCALEBOOK_SQL_DATABASE_URL) or the service's URL with the
+    user READER_ROLE and no password."""
+    if configured:
+        from service.settings import normalise_url
+
+        return normalise_url(configured)
+    return db.engine.url.set(username=READER_ROLE, password=None).render_as_string(hide_password=False)
+
+
+def _reader_engine(db: Database, configured: str | None) -> sa.Engine:
+    with _readers_lock:
+        engine = _readers.get(db)
+        if engine is None:
+            engine = sa.create_engine(reader_url(db, configured), pool_size=2, max_overflow=4, pool_pre_ping=True,
+                                      pool_recycle=600, connect_args={
+                                          "options": "-c default_transaction_read_only=on", "connect_timeout": 10})
+            _readers[db] = engine
+            weakref.finalize(db, engine.dispose)
+        return engine
+
+
+def _pg_error(exc: Exception, timeout_s: float) -> Exception:
     import psycopg
 
+    state = getattr(exc, "sqlstate", None) or ""
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        return _timeout_error(timeout_s)
+    if state.startswith("53") and state != "53300" or state.startswith("54"):
+        # 53xxx insufficient resources (out of memory, disk full by temp files), 54xxx program limits
+        # (stack depth, statement too complex): the user's query did it; 53300 too many connections is overload
+        return _reject(f"the query exceeded a database limit: {_first_lines(str(exc))}")
+    if isinstance(exc, psycopg.OperationalError):
+        return DatabaseUnavailable(f"database error: {_first_lines(str(exc))}")
+    return _reject(f"the database refused the query: {_first_lines(str(exc))}")
+
+
+def _run_postgres(db: Database, sql: str, timeout_s: float, max_rows: int, max_bytes: int, memory_mb: int,
+                  configured_url: str | None) -> tuple[list[str], _Answer]:
+    import psycopg
+
+    answer = _Answer(max_rows, max_bytes, time.monotonic() + timeout_s, timeout_s)
     timeout_ms = max(1, int(timeout_s * 1000))
-    with db.engine.connect() as sa_conn:
+    work_mem_kb = max(64, memory_mb * 1024 // 4)  # a plan has several sort/hash nodes, each gets work_mem
+    engine = _reader_engine(db, configured_url)
+    try:
+        sa_conn = engine.connect()
+    except sa.exc.OperationalError as exc:
+        text = str(exc.orig)
+        if any(m in text for m in ("authentication", "password", "role", "not permitted to log in")):
+            raise SqlUnavailable(_ROLE_HELP, [{"field": "role", "value": READER_ROLE,
+                                               "message": _first_lines(text)}]) from exc
+        raise DatabaseUnavailable(f"database error: {_first_lines(text)}") from exc
+    with sa_conn:
         raw = sa_conn.connection.driver_connection
-        assert raw is not None  # a checked-out connection has its driver connection
+        assert raw is not None
         try:
             with raw.cursor() as cur:
                 cur.execute("SET TRANSACTION READ ONLY")
                 cur.execute(f"SET LOCAL statement_timeout = {timeout_ms}")
                 cur.execute(f"SET LOCAL lock_timeout = {timeout_ms}")
-                cur.execute("SELECT quote_ident(current_schema())")
-                schema = cur.fetchone()[0]
-                if schema:
-                    cur.execute("SELECT set_config('search_path', %s, true)", (schema,))
-                try:
-                    cur.execute(f"SET LOCAL ROLE {READER_ROLE}")
-                except (psycopg.errors.InvalidParameterValue, psycopg.errors.InsufficientPrivilege,
-                        psycopg.errors.UndefinedObject) as exc:
-                    raise SqlUnavailable(_ROLE_HELP, [{"field": "role", "value": READER_ROLE,
-                                                       "message": str(exc).strip()}]) from exc
-            start = time.perf_counter()
+                cur.execute(f"SET LOCAL work_mem = {work_mem_kb}")
+                # whatever URL is configured, user SQL never runs as a role that can see more than runs
+                cur.execute("SELECT current_user, r.rolsuper OR r.rolcreaterole OR r.rolbypassrls, "
+                            "has_table_privilege('api_tokens', 'SELECT') FROM pg_roles r WHERE r.rolname = current_user")
+                user, powerful, sees_tokens = cur.fetchone()
+                if (user != READER_ROLE and not configured_url) or powerful or sees_tokens:
+                    raise SqlUnavailable(_ROLE_HELP, [{"field": "role", "value": user,
+                                                       "message": "user SQL must run as a role that may read runs only"}])
             try:
                 with raw.cursor(name="scalebook_user_sql") as cur:
                     cur.execute(sql)
-                    raw_rows = cur.fetchmany(max_rows + 1)
                     description = cur.description or []
-            except psycopg.errors.QueryCanceled as exc:
-                raise _timeout_error(timeout_s) from exc
-            except psycopg.OperationalError as exc:
-                raise DatabaseUnavailable(f"database error: {_first_lines(str(exc))}") from exc
+                    while True:
+                        chunk = cur.fetchmany(_PG_BATCH_ROWS)
+                        if not chunk or not answer.add([[json_safe(v) for v in r] for r in chunk]):
+                            break
             except psycopg.Error as exc:
-                raise _reject(f"the database refused the query: {_first_lines(str(exc))}") from exc
-            elapsed = time.perf_counter() - start
+                raise _pg_error(exc, timeout_s) from exc
         finally:
             try:
                 raw.rollback()  # the transaction was opened on the driver connection, not through SQLAlchemy
             except psycopg.Error:
                 sa_conn.invalidate()  # a broken connection must not go back to the pool
-    columns = [d.name for d in description]
-    return columns, [[json_safe(v) for v in r] for r in raw_rows], elapsed
-
-
-def _first_lines(text: str, n: int = 3) -> str:
-    return " ".join(line.strip() for line in text.strip().splitlines()[:n])[:500]
+    return [d.name for d in description], answer

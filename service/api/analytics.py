@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, create_model
 
 from service import __version__
+from service import limits as L
 from service.analytics import heatmap as hm
 from service.analytics import recommend as rec
 from service.api.deps import DatabaseDep, SessionDep
@@ -170,18 +171,18 @@ class Recommendation(BaseModel):
 def recommend(
     session: SessionDep,
     model_params: Annotated[str, Query(min_length=1, max_length=40, description="8B | 1.34B | 8e9 | 8030261248")],
-    nodes: Annotated[int, Query(ge=1, le=100_000)],
-    gpus_per_node: Annotated[int, Query(ge=1, le=1024)] = 8,
+    nodes: Annotated[int, Query(ge=1, le=L.MAX_NODES)],
+    gpus_per_node: Annotated[int, Query(ge=1, le=L.MAX_GPUS_PER_NODE)] = 8,
     gpu_type: Annotated[str | None, Query(max_length=100)] = None,
-    seq_len: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
-    global_batch_tokens: Annotated[int | None, Query(ge=1, le=10**12)] = None,
-    num_layers: Annotated[int | None, Query(ge=1, le=10_000)] = None,
-    hidden_size: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
-    num_heads: Annotated[int | None, Query(ge=1, le=100_000)] = None,
-    num_kv_heads: Annotated[int | None, Query(ge=1, le=100_000)] = None,
-    ffn_hidden_size: Annotated[int | None, Query(ge=1, le=10_000_000)] = None,
-    vocab_size: Annotated[int | None, Query(ge=1, le=100_000_000)] = None,
-    k: Annotated[int, Query(ge=1, le=50)] = 5,
+    seq_len: Annotated[int | None, Query(ge=1, le=L.MAX_SEQ_LEN)] = None,
+    global_batch_tokens: Annotated[int | None, Query(ge=1, le=L.MAX_TOKENS)] = None,
+    num_layers: Annotated[int | None, Query(ge=1, le=L.MAX_LAYERS)] = None,
+    hidden_size: Annotated[int | None, Query(ge=1, le=L.MAX_HIDDEN)] = None,
+    num_heads: Annotated[int | None, Query(ge=1, le=L.MAX_HEADS)] = None,
+    num_kv_heads: Annotated[int | None, Query(ge=1, le=L.MAX_HEADS)] = None,
+    ffn_hidden_size: Annotated[int | None, Query(ge=1, le=L.MAX_FFN)] = None,
+    vocab_size: Annotated[int | None, Query(ge=1, le=L.MAX_VOCAB)] = None,
+    k: Annotated[int, Query(ge=1, le=L.MAX_K)] = 5,
     metric: Metric = "tokens_per_sec_per_gpu",
 ) -> Response:
     """"What worked on `nodes` nodes for a `model_params` model?" (DESIGN §4).
@@ -192,9 +193,13 @@ def recommend(
     (tokens/s/GPU, MFU, peak memory, interval), `evidence` (the recorded runs it rests on, with
     model, GPU type, framework, distance) and `measured` when it ran on this very target. `model`:
     the fit used (status fitted/prior, runs fitted on, held-out error). `notes`: what was taken
-    from the records. 400 when the target cannot be read or completed.
+    from the records. 400 when the target cannot be read or completed. 422 naming the field for a number beyond
+    service/limits.py.
     """
-    target = rec.Target(model_params=rec.parse_model_params(model_params), nodes=nodes, gpus_per_node=gpus_per_node,
+    L.check_parallelism({"nodes": nodes, "gpus_per_node": gpus_per_node})  # 422 beyond the limits
+    params = rec.parse_model_params(model_params)
+    L.check_model_params(params)
+    target = rec.Target(model_params=params, nodes=nodes, gpus_per_node=gpus_per_node,
                         gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens,
                         num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
                         num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size)

@@ -10,10 +10,12 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 
 from service import __version__
 from service.api import analytics, errors, memory, planning, retire, runs, sql, suggest, tokens
+from service.api.guards import RequestGuard, parse_origins
 from service.api.limits import BodySizeLimit
 from service.api.strict import reject_unknown_query
 from service.db import Database
@@ -54,6 +56,11 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     errors.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.include_router(retire.router, prefix=API_PREFIX)
+    origins = parse_origins(settings.cors_origins)
+    app.add_middleware(RequestGuard, allowed_origins=origins)  # 415 non-JSON bodies, 403 foreign origins
+    if origins:
+        app.add_middleware(CORSMiddleware, allow_origins=sorted(origins), allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type", "Prefer"])
     app.include_router(runs.router, prefix=API_PREFIX)
     app.include_router(analytics.router, prefix=API_PREFIX)
     app.include_router(suggest.router, prefix=API_PREFIX)

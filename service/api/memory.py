@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from service import limits as L
 from service.analytics.memory import estimate_memory
 from service.api.security import READ
 from service.errors import ValidationFailed
-from service.schemas import ErrorBody
+from service.schemas import ErrorBody, finite_json
 
 router = APIRouter(tags=["analytics"])
 
@@ -21,29 +22,31 @@ class MemoryRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    model_params: int | None = Field(default=None, ge=1)
-    num_layers: int | None = Field(default=None, ge=1)
-    hidden_size: int | None = Field(default=None, ge=1)
-    num_heads: int | None = Field(default=None, ge=1)
-    num_kv_heads: int | None = Field(default=None, ge=1)
-    ffn_hidden_size: int | None = Field(default=None, ge=1)
-    vocab_size: int | None = Field(default=None, ge=1)
-    seq_len: int | None = Field(default=None, ge=1)
-    dp: int = Field(default=1, ge=1)
-    tp: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
-    cp: int = Field(default=1, ge=1)
-    ep: int = Field(default=1, ge=1)
+    model_params: int | None = Field(default=None, ge=1, le=L.MAX_MODEL_PARAMS)
+    num_layers: int | None = Field(default=None, ge=1, le=L.MAX_LAYERS)
+    hidden_size: int | None = Field(default=None, ge=1, le=L.MAX_HIDDEN)
+    num_heads: int | None = Field(default=None, ge=1, le=L.MAX_HEADS)
+    num_kv_heads: int | None = Field(default=None, ge=1, le=L.MAX_HEADS)
+    ffn_hidden_size: int | None = Field(default=None, ge=1, le=L.MAX_FFN)
+    vocab_size: int | None = Field(default=None, ge=1, le=L.MAX_VOCAB)
+    seq_len: int | None = Field(default=None, ge=1, le=L.MAX_SEQ_LEN)
+    dp: int = Field(default=1, ge=1, le=L.MAX_DP)
+    tp: int = Field(default=1, ge=1, le=L.MAX_TP)
+    pp: int = Field(default=1, ge=1, le=L.MAX_PP)
+    cp: int = Field(default=1, ge=1, le=L.MAX_CP)
+    ep: int = Field(default=1, ge=1, le=L.MAX_EP)
     zero_stage: int = Field(default=0, ge=0, le=3)
-    micro_batch_size: int = Field(default=1, ge=1)
-    grad_accum_steps: int | None = Field(default=None, ge=1)
+    micro_batch_size: int = Field(default=1, ge=1, le=L.MAX_MICRO_BATCH)
+    grad_accum_steps: int | None = Field(default=None, ge=1, le=L.MAX_GRAD_ACCUM)
     recompute: Literal["none", "selective", "full"] = "none"
     precision: str = Field(default="bf16", max_length=32)
     gpu_type: str | None = Field(default=None, max_length=100)
     framework: str | None = Field(default=None, max_length=200,
                                   description="nanotron | megatron | torchtitan …; framework buffers differ")
-    gpu_memory_gib: float | None = Field(default=None, gt=0, description="overrides the catalog's memory")
+    gpu_memory_gib: float | None = Field(default=None, gt=0, le=1e6, description="overrides the catalog's memory")
     extra: dict[str, Any] | None = Field(default=None, description="e.g. accumulate_grad_in_fp32, tp_mode")
+
+    _finite_extra = field_validator("extra")(classmethod(lambda cls, v: finite_json(v)))
 
 
 class MemoryAnswer(BaseModel):
@@ -72,9 +75,11 @@ def memory(body: MemoryRequest) -> MemoryAnswer:
     (+ 4Ψ fp32 grad accumulation), sharded by ZeRO stage over DP and divided by TP/PP (Ultra-Scale
     Playbook; Rajbhandari et al. 2019); activations per Korthikanti et al. 2022 (arXiv 2205.05198),
     with 1F1B keeping up to PP micro-batches in flight. 422 names the field when the estimate is
-    impossible (e.g. neither model_params nor dims).
+    impossible (e.g. neither model_params nor dims) or a number is beyond service/limits.py
+    (e.g. pp > num_layers, tp > num_heads, a degree above its maximum).
     """
     run = body.model_dump(exclude={"gpu_memory_gib"})
+    L.check_parallelism(run)
     try:
         est = estimate_memory(run, body.gpu_memory_gib)
     except ValueError as exc:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
+from service import limits as L
 from service.analytics import planner, regressions, scaling
 from service.analytics.recommend import parse_model_params
 from service.api.deps import SessionDep
@@ -61,7 +62,7 @@ def get_scaling(
     session: SessionDep,
     model_params: Annotated[str, Query(min_length=1, max_length=40, description="size: 8B | 1.34B | 8e9")],
     gpu_type: Annotated[str | None, Query(max_length=100)] = None,
-    seq_len: Annotated[int | None, Query(ge=1)] = None,
+    seq_len: Annotated[int | None, Query(ge=1, le=L.MAX_SEQ_LEN)] = None,
     metric: Literal["tokens_per_sec_per_gpu", "mfu"] = "tokens_per_sec_per_gpu",
 ) -> Scaling:
     """Scaling of one model size class over node counts, with an Amdahl's-law fit.
@@ -74,7 +75,9 @@ def get_scaling(
     null with `amdahl_reason` when fewer than two node counts were measured. 404 when the size class
     has no successful run.
     """
-    size_class = model_size_class(parse_model_params(model_params))
+    params = parse_model_params(model_params)
+    L.check_model_params(params)
+    size_class = model_size_class(params)
     assert size_class is not None  # parse_model_params returns a positive count
     return Scaling(**scaling.scaling(session, size_class, gpu_type=gpu_type, seq_len=seq_len, metric=metric))
 
@@ -107,11 +110,11 @@ def get_plan(
     session: SessionDep,
     model_params: Annotated[str, Query(min_length=1, max_length=40, description="3B | 1.34B | 8e9")],
     tokens: Annotated[str, Query(min_length=1, max_length=40, description="11T | 1e12 | 500B | 15000000000")],
-    days: Annotated[float, Query(gt=0, le=36_500, allow_inf_nan=False)],
+    days: Annotated[float, Query(gt=0, le=L.MAX_DAYS, allow_inf_nan=False)],
     gpu_type: Annotated[str | None, Query(max_length=100)] = None,
     mfu: Annotated[float | None, Query(gt=0, le=1, allow_inf_nan=False, description="fraction: 0.30")] = None,
-    peak_tflops: Annotated[float | None, Query(gt=0, allow_inf_nan=False, description="dense TFLOP/s/GPU")] = None,
-    gpus_per_node: Annotated[int, Query(ge=1, le=1024)] = 8,
+    peak_tflops: Annotated[float | None, Query(gt=0, le=L.MAX_PEAK_TFLOPS, allow_inf_nan=False, description="dense TFLOP/s/GPU")] = None,
+    gpus_per_node: Annotated[int, Query(ge=1, le=L.MAX_GPUS_PER_NODE)] = 8,
     precision: Annotated[str, Query(max_length=32)] = "bf16",
 ) -> Plan:
     """GPUs to train `model_params` on `tokens` in `days`: GPUs = 6·N·tokens / (peak · MFU · time).
@@ -122,6 +125,7 @@ def get_plan(
     efficiency at that scale when a scaling fit exists. SmolLM3: 3B, 11T tokens, 28 days, 720 TFLOP/s,
     MFU 0.30 → 379 GPUs.
     """
+    L.check_model_params(parse_model_params(model_params))
     return Plan(**planner.plan(session, model_params=model_params, tokens=tokens, days=days, gpu_type=gpu_type,
                                mfu=mfu, peak_tflops=peak_tflops, gpus_per_node=gpus_per_node, precision=precision))
 

@@ -1,8 +1,9 @@
 """Bearer-token authorisation (DESIGN §7).
 
-While no active token exists the API is open (a fresh install on loopback). Once one exists, every
-endpoint but /health needs `Authorization: Bearer <token>`: none or unknown → 401, a token whose
-scope is below the endpoint's (read < write < admin) → 403. Whether tokens exist is cached for
+While no active token exists the API is open (a fresh install on loopback) — except on a server bound
+beyond loopback without --insecure, which answers 401 until a token exists. Once one exists, every
+endpoint but /health needs `Authorization: Bearer <token>`: none, malformed or unknown → 401, a token
+whose scope is below the endpoint's (read < write < admin) → 403. Whether tokens exist is cached for
 a second so that the check costs one indexed lookup per request at most.
 """
 
@@ -17,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service import auth
 from service.errors import Forbidden, Unauthorized
+from service.settings import public_bind
 
 _CACHE_TTL_S = 1.0
 
@@ -63,6 +65,19 @@ def _lookup(db, plain: str):
         return auth.lookup_token(session, plain)
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, or None when the header is missing or
+    malformed (another scheme, no token, whitespace or control characters inside, over 512 characters)."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip(" ")
+    if scheme.lower() != "bearer" or not token or len(token) > 512 or not token.isascii() \
+            or not all(33 <= ord(c) < 127 for c in token):
+        return None
+    return token
+
+
 def require(scope: str):
     """Dependency factory: the request must carry a token of at least `scope` (when tokens exist)."""
 
@@ -76,11 +91,16 @@ def require(scope: str):
         if enabled is None:
             enabled = await run_in_threadpool(state.enabled, db)
         if not enabled:
+            settings = request.app.state.settings
+            if public_bind(settings):  # tokens removed under a running public server: closed, never open
+                raise Unauthorized(f"this server is bound to {settings.host!r} beyond loopback and has no active API "
+                                   "token: create one with `scalebook token create --scope admin --direct`")
             return
-        if not authorization or not authorization.lower().startswith("bearer "):
+        plain = bearer_token(authorization)
+        if plain is None:
             raise Unauthorized("this server requires an API token: send 'Authorization: Bearer <token>' "
                                "(SCALEBOOK_TOKEN for the CLI, client and dashboard)")
-        token = await run_in_threadpool(_lookup, db, authorization.split(None, 1)[1].strip())
+        token = await run_in_threadpool(_lookup, db, plain)
         if token is None:
             raise Unauthorized("unknown or revoked API token")
         if not auth.scope_allows(token.scope, scope):

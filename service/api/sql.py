@@ -40,16 +40,21 @@ class SqlResult(BaseModel):
 
 @router.post("/sql", response_model=SqlResult, dependencies=[READ],
              responses={400: {"model": ErrorBody, "description": "query refused, failed or timed out"},
-                        503: {"model": ErrorBody, "description": "SQL unavailable (PostgreSQL reader role missing)"}})
+                        503: {"model": ErrorBody, "description": "SQL unavailable (PostgreSQL reader role cannot log "
+                                                    "in) or the database is lost"}})
 async def run_sql(body: SqlQuery, db: DatabaseDep, settings: SettingsDep) -> JSONResponse:
     """Run one read-only SELECT over the runs table.
 
     Only `runs` (and CTEs over it) may be read; writes, DDL, settings, file/extension/network access,
     catalogs and other databases are refused with 400 `query_rejected` naming what was refused. The
     query is cancelled after SCALEBOOK_SQL_TIMEOUT_S seconds (400 `query_rejected`, "query exceeded
-    the … timeout") and at most SCALEBOOK_SQL_MAX_ROWS rows come back (`truncated: true` when more
-    matched). Column names are the run record's (DESIGN §2).
+    the … timeout"), at most SCALEBOOK_SQL_MAX_ROWS rows come back (`truncated: true` when more
+    matched), an answer over SCALEBOOK_SQL_MAX_BYTES is refused (400) and the query gets
+    SCALEBOOK_SQL_MEMORY_MB of memory (out of memory, stack depth: 400). Column names are the run
+    record's (DESIGN §2).
     """
     result = await run_in_threadpool(user_sql.run_query, db, body.query,
-                                     timeout_s=settings.sql_timeout_s, max_rows=settings.sql_max_rows)
+                                     timeout_s=settings.sql_timeout_s, max_rows=settings.sql_max_rows,
+                                     max_bytes=settings.sql_max_bytes, memory_mb=settings.sql_memory_mb,
+                                     reader_url=settings.sql_database_url)
     return JSONResponse(content=result)

@@ -20,6 +20,7 @@ from service import auth
 from service.api.deps import DatabaseDep
 from service.api.security import ADMIN, token_state
 from service.schemas import ErrorBody
+from service.settings import public_bind
 
 router = APIRouter(tags=["tokens"])
 
@@ -104,15 +105,19 @@ def list_tokens(db: DatabaseDep) -> TokenList:
 
 
 @router.delete("/tokens/{token_id}", response_model=TokenInfo, dependencies=[ADMIN],
-               responses={**_AUTH_ERRORS, 404: {"model": ErrorBody, "description": "no token with this id"}})
+               responses={**_AUTH_ERRORS, 404: {"model": ErrorBody, "description": "no token with this id"},
+                          409: {"model": ErrorBody, "description": "the last admin token of a public server"}})
 async def revoke_token(token_id: Annotated[int, Path(ge=1, le=2**63 - 1)], request: Request,
                        db: DatabaseDep) -> TokenInfo:
     """Revoke a token (idempotent: revoking a revoked token keeps its first `revoked_at`).
-    Requests with it get 401 from then on. Revoking the last active token opens the API again."""
+    Requests with it get 401 from then on. On loopback, revoking the last active token opens the API
+    again; a server bound beyond loopback (without --insecure) refuses to revoke its last active admin
+    token (409) and never opens."""
+    keep_last_admin = public_bind(request.app.state.settings)
 
     def _revoke() -> TokenInfo:
         with db.session(write=True) as session:
-            return TokenInfo.model_validate(auth.revoke_token(session, token_id))
+            return TokenInfo.model_validate(auth.revoke_token(session, token_id, keep_last_admin=keep_last_admin))
 
     info = await run_in_threadpool(_revoke)
     token_state(request).invalidate()

@@ -46,7 +46,7 @@ def serve(
     from service.db import Database
     from service.errors import ScalebookError
 
-    settings = get_settings()
+    settings = get_settings().model_copy(update={"host": host, "insecure": insecure or get_settings().insecure})
     db = Database(settings.url)
     try:
         db.prepare()
