@@ -4,7 +4,7 @@ registering itself on `app` (or adding a sub-app), so no module grows into a god
 from __future__ import annotations
 
 from service.cli.base import app
-from service.cli import analysis_cmds, analytics, db, imports, ingest_cmds, ops, server  # noqa: F401  (register)
+from service.cli import analysis_cmds, analytics, db, imports, ingest_cmds, ops, runs_cmds, server  # noqa: F401  (register)
 
 
 def main() -> None:
