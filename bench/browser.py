@@ -125,3 +125,12 @@ def visit(driver: Any, base_url: str, page: str, query: str = "", timeout_s: flo
     driver.get(f"{base_url}/{page}{('?' + query) if query else ''}")
     wait_drawn(driver, marker, selector, timeout_s)
     return time.perf_counter() - start
+
+
+def free_port() -> int:
+    """A free loopback TCP port."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

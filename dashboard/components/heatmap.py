@@ -134,9 +134,12 @@ def cell_picker(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
     default = hm.default_cell(cells)
     keys = list(choices)
     key = st.selectbox("Cell", keys, index=keys.index(default) if default in keys else 0, key=CELL_KEY,
-                       format_func=lambda k: hm.choice_label(choices[k]), bind="query-params",
-                       help="pick a cell (or click it in the chart) to list its runs")
-    return choices.get(key)
+                       bind="query-params", help="pick a cell (or click it in the chart) to list its runs; the "
+                                                 "link of this page keeps it")
+    cell = choices.get(key)
+    if cell is not None:
+        st.caption(hm.choice_label(cell))
+    return cell
 
 
 def cell_runs(cell: dict[str, Any], metric: str, params: dict[str, Any]) -> list[dict[str, Any]]:
