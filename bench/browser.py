@@ -30,7 +30,7 @@ PAGES: dict[str, tuple[str, str | None]] = {
     "runs": ("Compare runs", "[data-testid='stDataFrame']"),
     "scaling": ("GPU planner", ".js-plotly-plot"),
     "failures": ("Latest errors", ".js-plotly-plot"),
-    "sql": ("row(s)", "[data-testid='stDataFrame']"),
+    "sql": ("round trip", "[data-testid='stDataFrame']"),
 }
 
 

@@ -25,6 +25,8 @@ from rich.text import Text
 
 #: columns never get narrower than this when they wrap (a 3-letter header stays whole)
 MIN_WRAP_WIDTH = 8
+#: a header longer than this folds (``tokens_per_sec_per_gpu`` → two lines)
+MAX_HEADER_WIDTH = 11
 #: the cap on a column's wanted width when deciding what fits (longer content wraps)
 MAX_WANTED_WIDTH = 24
 
@@ -40,10 +42,13 @@ class Col:
 
 
 def _wanted(col: Col, cells: Sequence[str]) -> int:
+    """The width a column asks for: its longest cell line (capped at MAX_WANTED_WIDTH; longer lines
+    wrap), at least its longest word in a cell, and its header up to MAX_HEADER_WIDTH (a longer
+    header such as ``tokens_per_sec_per_gpu`` folds over two lines)."""
     longest_line = max((len(line) for c in cells for line in c.splitlines()), default=0)
-    longest_word = max((len(w) for c in [col.header, *cells] for w in c.split()), default=0)
-    return max(min(max(longest_line, len(col.header)), MAX_WANTED_WIDTH), min(longest_word, MAX_WANTED_WIDTH),
-               min(MIN_WRAP_WIDTH, max(longest_line, len(col.header))))
+    longest_word = max((len(w) for c in cells for w in c.split()), default=0)
+    return max(min(longest_line, MAX_WANTED_WIDTH), min(longest_word, MAX_WANTED_WIDTH),
+               min(len(col.header), MAX_HEADER_WIDTH), 1)
 
 
 def fit_columns(cols: Sequence[Col], rows: Sequence[Sequence[str]], width: int) -> list[int]:
@@ -70,7 +75,7 @@ def table(console: Console, cols: Sequence[Col], rows: Sequence[Sequence[str]], 
     t = Table(title=title, show_lines=lines, title_justify="left", expand=False)
     for i in keep:
         t.add_column(cols[i].header, justify=cols[i].justify, overflow="fold", no_wrap=False,  # type: ignore[arg-type]
-                     min_width=min(MIN_WRAP_WIDTH, len(cols[i].header)))
+                     min_width=min(_wanted(cols[i], [r[i] for r in rows]), MIN_WRAP_WIDTH))
     for r in rows:
         t.add_row(*(Text(r[i]) for i in keep))
     console.print(t)

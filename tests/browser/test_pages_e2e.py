@@ -128,7 +128,7 @@ def test_every_page_draws_its_content(site, chrome, data_dir, backend):
     shot(chrome, backend, "failures")
 
     bb.visit(chrome, site, "sql", timeout_s=60)
-    assert "row(s)" in body_text(chrome)
+    assert "ms round trip" in body_text(chrome)
     shot(chrome, backend, "sql")
 
     # "What worked?" (its answer is the model's work): it must draw a recommendation for the default target
