@@ -13,8 +13,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
@@ -59,7 +60,7 @@ def start_dashboard(api_url: str, port: int, log_path: Path, timeout_s: float = 
     """``streamlit run dashboard/app.py`` on 127.0.0.1:``port`` reading ``api_url``; waits for health."""
     env = {**os.environ, "SCALEBOOK_API_URL": api_url, "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false"}
     env.pop("SCALEBOOK_TOKEN", None)
-    log = open(log_path, "w+")
+    log = open(log_path, "w+")  # noqa: SIM115 - the server writes to it until stop()
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(REPO / "dashboard" / "app.py"),
                              "--server.headless", "true", "--server.port", str(port), "--server.address", "127.0.0.1",
                              "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"],
@@ -86,18 +87,20 @@ def stop(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
-def drawn(driver: Any, marker: str, selector: str | None) -> bool:
-    """True once the page has finished running and shows ``marker`` (and ``selector``)."""
-    from selenium.webdriver.common.by import By
+_DRAWN_JS = """
+const [marker, selector] = arguments;
+const status = document.querySelector("[data-testid='stStatusWidget']");
+if (status && status.innerText.trim()) return false;          // "Running…" / "Connecting"
+if (document.querySelector("[data-testid='stSpinner'], [data-testid='stSkeleton']")) return false;
+if (!document.body || !document.body.innerText.includes(marker)) return false;
+return !selector || document.querySelector(selector) !== null;
+"""
 
-    status = driver.find_elements(By.CSS_SELECTOR, "[data-testid='stStatusWidget']")
-    if status and status[0].text.strip():  # "Running…" / "Connecting"
-        return False
-    if driver.find_elements(By.CSS_SELECTOR, "[data-testid='stSpinner'], [data-testid='stSkeleton']"):
-        return False
-    if marker not in driver.find_element(By.TAG_NAME, "body").text:
-        return False
-    return not selector or bool(driver.find_elements(By.CSS_SELECTOR, selector))
+
+def drawn(driver: Any, marker: str, selector: str | None) -> bool:
+    """True once the page has finished running and shows ``marker`` (and ``selector``): one script
+    evaluated in the page, so no element goes stale between checks."""
+    return bool(driver.execute_script(_DRAWN_JS, marker, selector))
 
 
 def wait_drawn(driver: Any, marker: str, selector: str | None, timeout_s: float = 60,
@@ -111,7 +114,7 @@ def wait_drawn(driver: Any, marker: str, selector: str | None, timeout_s: float 
         try:
             if drawn(driver, marker, selector) and (extra is None or extra(driver)):
                 return time.perf_counter() - start
-        except Exception:  # noqa: BLE001 - the DOM changes under us while Streamlit redraws
+        except Exception:  # noqa: BLE001, S110 - the page is reloading under us: try again
             pass
         time.sleep(0.05)
     body = driver.find_element(By.TAG_NAME, "body").text

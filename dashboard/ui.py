@@ -8,9 +8,10 @@ API's own message, never a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import date
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import streamlit as st
 

@@ -24,8 +24,9 @@ and its ``best`` run), so nothing is hidden by the grouping.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from service.derive import active_params
 

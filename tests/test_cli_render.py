@@ -10,10 +10,10 @@ import re
 
 import httpx
 import pytest
+from conftest import post_records
 from rich.console import Console
 from typer.testing import CliRunner
 
-from conftest import post_records
 from service.cli import app, render
 from service.cli.render import Col
 
@@ -77,8 +77,8 @@ def test_commands_read_at_80_columns_without_a_tty(loaded, data_dir):
     assert "1–2B" in out.stdout and f"DP{best['dp']} TP{best['tp']} PP{best['pp']}" in out.stdout
     assert f"{round(float(best['tok/s/gpu'])):,}" in out.stdout  # tok/s with separators
     for args in (["runs", "-n", "30"], ["regressions"], ["scaling", "--model", "1.3B"],
-                 ["sql", "SELECT id, model_name, tokens_per_sec_per_gpu, mfu_derived, peak_memory_gib, extra "
-                         "FROM runs ORDER BY id LIMIT 20"]):
+                 ["sql", ("SELECT id, model_name, tokens_per_sec_per_gpu, mfu_derived, peak_memory_gib, extra "
+                          "FROM runs ORDER BY id LIMIT 20")]):
         out = runner.invoke(app, args, env=NARROW)
         assert out.exit_code == 0, (args, out.output)
         assert_readable(out.stdout)

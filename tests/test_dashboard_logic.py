@@ -12,9 +12,9 @@ from datetime import datetime
 
 import pandas as pd
 import pytest
+from conftest import post_records
 from fastapi.testclient import TestClient
 
-from conftest import post_records
 from dashboard.api import ApiDown, ApiError, Client, clean_params
 from dashboard.logic import failures as fl
 from dashboard.logic import heatmap as hm
@@ -23,7 +23,14 @@ from dashboard.logic import recommend as rec
 from dashboard.logic import runs as rl
 from dashboard.logic import scaling as sc
 from dashboard.logic import sql as sq
-from dashboard.logic.fmt import compact, config_label, nodes_label, pct, size_label, split_label
+from dashboard.logic.fmt import (
+    compact,
+    config_label,
+    nodes_label,
+    pct,
+    size_label,
+    split_label,
+)
 from service.api import create_app
 from service.db import Database
 from service.settings import Settings

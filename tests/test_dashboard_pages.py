@@ -15,9 +15,8 @@ import httpx
 import pandas as pd
 import pytest
 import streamlit as st
-from streamlit.testing.v1 import AppTest
-
 from conftest import free_port, post_records
+from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 DUCKDB = pytest.mark.parametrize("backend", ["duckdb"], indirect=True)
@@ -309,6 +308,7 @@ def test_explore_page_links_the_scatter_to_the_table(live_api, data_dir):
     table = frame_with(at, "id", "status", "tokens_per_sec_per_gpu")
     assert len(table) == len(rows)  # nothing selected yet: every run listed
     assert not ({"None", "nan"} & set(table.to_numpy().ravel().astype(str)))
+    at.selectbox(key="ex_color").set_value("status").run()
     chart = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert {t["name"] for t in chart["data"]} == {"success"}  # failures have no tok/s to place
     at.selectbox(key="ex_status").select("oom").run()

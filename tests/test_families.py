@@ -4,6 +4,7 @@ boundaries, not computed by the code under test."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -22,7 +23,7 @@ def test_family_of_the_usual_model_sizes(size_b, label):
 
 
 def test_the_grid_is_contiguous_and_rejects_bad_sizes():
-    for lower, upper in zip(FAMILIES, FAMILIES[1:]):
+    for lower, upper in itertools.pairwise(FAMILIES):
         assert lower.hi_b == upper.lo_b
     assert FAMILIES[0].lo_b == 0 and FAMILIES[-1].hi_b == math.inf
     for bad in (-1.0, float("nan")):

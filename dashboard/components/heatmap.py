@@ -10,8 +10,8 @@ from typing import Any
 import streamlit as st
 
 from dashboard import data, ui
-from dashboard.logic import heatmap as hm
 from dashboard.components.runs import COLUMNS as RUN_COLUMNS
+from dashboard.logic import heatmap as hm
 from dashboard.logic.runs import runs_table, styled
 
 CELL_KEY = "hm_cell"
@@ -38,7 +38,8 @@ def slice_note(options: dict[str, Any], params: dict[str, Any]) -> None:
         runs = options["slice"][2]
         c1.info(f"Showing the most-recorded comparable slice: **{gpu}**, sequence length **{seq:,}** "
                 f"({runs:,} runs), so every cell compares like with like. ", icon=":material/filter_alt:")
-        c2.button("Show every GPU and sequence length", on_click=widen, key="hm_widen", icon=":material/zoom_out_map:")
+        c2.button("All GPUs & lengths", on_click=widen, key="hm_widen", icon=":material/zoom_out_map:",
+                  help="show every GPU type and sequence length (one click back: pick them in the sidebar)")
     elif shown == (None, None):
         c1.caption("Every GPU type and sequence length are mixed in these cells (a 4-GPU GB300 node and an 8-GPU "
                    "H100 node share a column): pick a GPU type and sequence length in the sidebar to compare.")

@@ -9,7 +9,8 @@ fields. Colour: the run's status (categorical, fixed colours) or a metric (conti
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -39,7 +40,7 @@ NUMERIC_FIELDS: dict[str, str] = {
 TEXT_FIELDS = ("model_name", "gpu_type", "framework", "precision", "recompute", "status", "error_class")
 COLUMNS = ("id", *NUMERIC_FIELDS, *TEXT_FIELDS)
 #: colour choices: status (categorical) or a metric (continuous)
-COLOR_CHOICES = {"status": "status", "mfu_derived": "MFU", "tokens_per_sec_per_gpu": "tokens/s per GPU",
+COLOR_CHOICES = {"mfu_derived": "MFU", "status": "status", "tokens_per_sec_per_gpu": "tokens/s per GPU",
                  "peak_memory_gib": "peak memory"}
 STATUS_COLORS = {"success": "#1a9850", "oom": "#d73027", "nccl_error": "#7b3294", "timeout": "#fdae61",
                  "failed": "#4d4d4d"}
@@ -96,19 +97,19 @@ def hover_text(row: Mapping[str, Any]) -> str:
 
 def scatter(df: pd.DataFrame, x: str, y: str, color: str = "status", log_x: bool = False,
             log_y: bool = False) -> go.Figure:
-    """One point per run at (x, y); colour by status (one trace per status, fixed colours) or by a
+    """One point per run at (x, y) (SVG, not WebGL: drawn without a GPU too); colour by status (one trace per status, fixed colours) or by a
     metric (continuous, viridis). ``customdata`` = [run id]; runs missing x or y are left out."""
     data = df.dropna(subset=[x, y])
     fig = go.Figure()
     if color == "status":
         for status, part in data.groupby("status", sort=True):
-            fig.add_trace(go.Scattergl(
+            fig.add_trace(go.Scatter(
                 x=part[x], y=part[y], mode="markers", name=str(status),
                 marker={"color": STATUS_COLORS.get(str(status), "#999999"), "size": 7, "opacity": 0.75},
                 customdata=part[["id"]].to_numpy(), hovertext=[hover_text(r) for r in part.to_dict("records")],
                 hovertemplate="%{hovertext}<extra></extra>"))
     else:
-        fig.add_trace(go.Scattergl(
+        fig.add_trace(go.Scatter(
             x=data[x], y=data[y], mode="markers", name="runs",
             marker={"color": data[color], "colorscale": "Viridis", "size": 7, "opacity": 0.8, "showscale": True,
                     "colorbar": {"title": {"text": COLOR_CHOICES.get(color, color)}}},

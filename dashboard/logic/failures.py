@@ -8,7 +8,8 @@ counted as "unclassified (<status>)" so nothing disappears from the totals.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go

@@ -21,13 +21,23 @@ red; cells whose best run has no MFU (unknown precision or peak) are pale blue.
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from dashboard.logic.fmt import compact, config_label, gib, mfu_of, nodes_label, pct, size_label, split_label
+from dashboard.logic.fmt import (
+    compact,
+    config_label,
+    gib,
+    mfu_of,
+    nodes_label,
+    pct,
+    size_label,
+    split_label,
+)
 from service.families import family_index, group_cells
 
 Cell = Mapping[str, Any]
@@ -126,8 +136,8 @@ def cell_hover(cell: Cell) -> str:
     lines = [head, cell_label(cell),
              f"MFU {pct(mfu_of(best))} · {f'{tps:,.0f}' if tps is not None else '?'} tok/s/GPU",
              f"peak memory {gib(best.get('peak_memory_gib')) or '?'}",
-             f"{best.get('model_name') or '?'} ({size_label(best.get('model_size_class'))}) · "
-             f"{best.get('gpu_type') or '?'} · seq {best.get('seq_len') or '?'}",
+             (f"{best.get('model_name') or '?'} ({size_label(best.get('model_size_class'))}) · "
+              f"{best.get('gpu_type') or '?'} · seq {best.get('seq_len') or '?'}"),
              f"{best.get('framework') or '?'}",
              f"{cell_counts(cell)} · best run #{best.get('id')}"]
     return "<br>".join(lines)

@@ -10,8 +10,9 @@ through POST /api/v1/sql (:func:`options_sql`): every distinct value of each fie
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import date, datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 Run = Mapping[str, Any]
 

@@ -9,7 +9,8 @@ peak_memory_gib, value}, "evidence": {n_runs, source_run_ids, best_run_id, sprea
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 

@@ -9,7 +9,8 @@ where more GPUs stop paying (the speedup never exceeds 1/s).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go

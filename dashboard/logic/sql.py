@@ -6,7 +6,8 @@ Answer shape: ``{"columns": [...], "rows": [[...], ...], "row_count": N, "trunca
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 

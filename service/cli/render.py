@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -104,7 +105,7 @@ def number(value: Any, unit: str = "", digits: int | None = None) -> str:
         elif a >= 1:
             text = f"{value:,.2f}"
         elif a >= 0.001:
-            text = f"{value:.{max(0, 2 - int(math.floor(math.log10(a))))}f}"
+            text = f"{value:.{max(0, 2 - math.floor(math.log10(a)))}f}"
         else:
             text = f"{value:.6f}".rstrip("0")
     return f"{text} {unit}".rstrip() if unit else text

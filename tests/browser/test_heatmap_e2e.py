@@ -19,7 +19,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from conftest import free_port, post_records
 
 pytestmark = [pytest.mark.browser]

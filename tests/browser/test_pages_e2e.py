@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import post_records
 
 from bench import browser as bb
-from conftest import post_records
 
 pytestmark = [pytest.mark.browser]
 
