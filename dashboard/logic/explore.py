@@ -97,8 +97,9 @@ def hover_text(row: Mapping[str, Any]) -> str:
 
 def scatter(df: pd.DataFrame, x: str, y: str, color: str = "status", log_x: bool = False,
             log_y: bool = False) -> go.Figure:
-    """One point per run at (x, y) (SVG, not WebGL: drawn without a GPU too); colour by status (one trace per status, fixed colours) or by a
-    metric (continuous, viridis). ``customdata`` = [run id]; runs missing x or y are left out."""
+    """One point per run at (x, y) (SVG, not WebGL: quick without a GPU too); colour by status (one
+    trace per status, fixed colours) or by a metric (continuous, viridis). ``customdata`` = [run id];
+    runs missing x or y are left out."""
     data = df.dropna(subset=[x, y])
     fig = go.Figure()
     if color == "status":
@@ -139,7 +140,8 @@ def parallel(df: pd.DataFrame, dims: Sequence[str], color: str = "status") -> go
                 "colorbar": {"title": {"text": COLOR_CHOICES.get(color, color)}}}
     dimensions = [{"label": NUMERIC_FIELDS.get(d, d), "values": data[d]} for d in dims]
     fig = go.Figure(go.Parcoords(line=line, dimensions=dimensions))
-    fig.update_layout(height=460, margin={"l": 60, "r": 60, "t": 60, "b": 20})
+    # room on the right for the colour bar, clear of the last axis' labels
+    fig.update_layout(height=460, margin={"l": 60, "r": 60 if color == "status" else 150, "t": 60, "b": 20})
     return fig
 
 

@@ -103,40 +103,40 @@ def test_every_page_draws_its_content(site, chrome, data_dir, backend):
 
     # a shared link restores the metric, the slice and the selected cell
     chrome.get(f"{site}/?hm_metric=MFU&hm_fw=nanotron&hm_cell=1%E2%80%932B+%C3%97+2+nodes")
-    bb.wait_drawn(chrome, "run(s) in 1–2B × 2 nodes", ".js-plotly-plot", timeout_s=60)
+    bb.wait_drawn(chrome, "run(s) in 1–2B × 2 nodes", ".js-plotly-plot", timeout_s=120)
     assert chrome.find_elements(By.CSS_SELECTOR, "input[type=radio]")[1].is_selected()  # MFU
 
-    bb.visit(chrome, site, "explore", timeout_s=60)
+    bb.visit(chrome, site, "explore", timeout_s=120)
     text = body_text(chrome)
     assert "runs · success" in text and "Selected runs" in text
     assert chrome.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .scatterlayer, .js-plotly-plot canvas")
     shot(chrome, backend, "explore")
 
-    bb.visit(chrome, site, "runs", timeout_s=60)
+    bb.visit(chrome, site, "runs", timeout_s=120)
     text = body_text(chrome)
     assert "runs match" in text and "field(s) differ" in text and "None" not in text
     shot(chrome, backend, "runs")
 
-    bb.visit(chrome, site, "scaling", timeout_s=60)
-    bb.wait_drawn(chrome, "GPUs (", ".js-plotly-plot", timeout_s=60)  # the planner's answer for its defaults
+    bb.visit(chrome, site, "scaling", timeout_s=120)
+    bb.wait_drawn(chrome, "GPUs (", ".js-plotly-plot", timeout_s=120)  # the planner's answer for its defaults
     text = body_text(chrome)
     assert "How well the curve fits:" in text and "percentage points" in text
     shot(chrome, backend, "scaling")
 
-    bb.visit(chrome, site, "failures", timeout_s=60)
+    bb.visit(chrome, site, "failures", timeout_s=120)
     assert "Error classes by node count" in body_text(chrome)
     shot(chrome, backend, "failures")
 
-    bb.visit(chrome, site, "sql", timeout_s=60)
+    bb.visit(chrome, site, "sql", timeout_s=120)
     assert "ms round trip" in body_text(chrome)
     shot(chrome, backend, "sql")
 
     # "What worked?" (its answer is the model's work): it must draw a recommendation for the default target
-    bb.visit(chrome, site, "what_worked", timeout_s=60)
+    bb.visit(chrome, site, "what_worked", timeout_s=120)
     buttons = [b for b in chrome.find_elements(By.TAG_NAME, "button") if b.text.strip() == "What worked?"]
     if buttons:
         buttons[0].click()
-    bb.wait_drawn(chrome, "What worked?", None, timeout_s=60,
+    bb.wait_drawn(chrome, "What worked?", None, timeout_s=120,
                   extra=lambda d: " TP" in body_text(d) and "PP" in body_text(d) and "DP" in body_text(d))
     assert "Traceback" not in body_text(chrome)
     shot(chrome, backend, "what_worked")
