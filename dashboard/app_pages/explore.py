@@ -44,7 +44,8 @@ default_dims = ["model_size_class", "nodes", "tp", "pp", "micro_batch_size", "to
 dims = st.multiselect("Axes", fields, default=default_dims, format_func=ex.NUMERIC_FIELDS.get, key="ex_dims")
 if len(dims) >= 2:
     st.plotly_chart(ex.parallel(df, dims, color), key="ex_parcoords", config={"displaylogo": False})
-    st.caption("Drag along an axis to brush a range; runs missing one of the axes are left out.")
+    st.caption(f"Drag along an axis to brush a range; runs missing one of the axes are left out"
+               f"{f', and only the newest {ex.MAX_LINES:,} are drawn' if len(df) > ex.MAX_LINES else ''}.")
 else:
     st.info("Pick at least two axes.")
 

@@ -16,7 +16,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 #: the newest runs drawn at most (a scatter of more points is a blur and a slow page)
-MAX_POINTS = 5000
+MAX_POINTS = 2000
+#: lines of the parallel coordinates at most (the newest; WebGL without a GPU draws thousands slowly)
+MAX_LINES = 1000
 
 #: numeric run fields offered as axes / dimensions, with their axis titles
 NUMERIC_FIELDS: dict[str, str] = {
@@ -125,9 +127,10 @@ def scatter(df: pd.DataFrame, x: str, y: str, color: str = "status", log_x: bool
 
 
 def parallel(df: pd.DataFrame, dims: Sequence[str], color: str = "status") -> go.Figure:
-    """Parallel coordinates over ``dims`` (numeric fields), one line per run; colour by status
-    (codes in :data:`STATUS_COLORS` order) or by a metric. Runs missing a dimension are left out."""
-    data = df.dropna(subset=list(dims))
+    """Parallel coordinates over ``dims`` (numeric fields), one line per run (the newest
+    :data:`MAX_LINES`); colour by status (codes in :data:`STATUS_COLORS` order) or by a metric. Runs
+    missing a dimension are left out."""
+    data = df.dropna(subset=list(dims)).head(MAX_LINES)  # df is newest first
     if color == "status":
         order = list(STATUS_COLORS)
         codes = data["status"].map(lambda s: order.index(s) if s in order else len(order)).astype(float)
