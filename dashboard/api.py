@@ -166,3 +166,29 @@ class Client:
     def health(self) -> dict[str, Any]:
         """GET /health: {"status", "backend", "schema_revision", "runs", "version"} (no token needed)."""
         return self.get("/health")
+
+
+#: the write endpoints of retiring (the `model` helper's API); the one place to adjust their shape
+RETIRE_PATH = "/runs/retire"
+
+
+def retire_runs(ids: list[int], reason: str, token: str | None = None) -> Any:
+    """Retire runs: ``POST /api/v1/runs/retire {"ids": [...], "reason": "..."}`` (a write token).
+
+    A retired run stays stored and visible in the Runs page, but the heatmap, recommendations and
+    fits leave it out. ``token`` overrides SCALEBOOK_TOKEN for this one request (a write token typed
+    into the page). Raises ApiError (e.g. 404 for an unknown id, 400 for an empty reason),
+    Unauthorized (401/403 without a write token) or ApiDown."""
+    if not ids:
+        raise ValueError("no run ids to retire")
+    if not reason.strip():
+        raise ValueError("a reason is required to retire runs")
+    return Client(token=token).post(RETIRE_PATH, {"ids": [int(i) for i in ids], "reason": reason.strip()})
+
+
+def unretire_runs(ids: list[int], token: str | None = None) -> Any:
+    """Un-retire runs: ``POST /api/v1/runs/retire {"ids": [...], "retired": false}`` (a write token);
+    errors as :func:`retire_runs`."""
+    if not ids:
+        raise ValueError("no run ids to un-retire")
+    return Client(token=token).post(RETIRE_PATH, {"ids": [int(i) for i in ids], "retired": False})

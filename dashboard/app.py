@@ -19,6 +19,7 @@ st.set_page_config(page_title="scalebook", page_icon=":material/grid_view:", lay
 PAGES = [
     st.Page("app_pages/heatmap.py", title="Heatmap", icon=":material/grid_view:", default=True),
     st.Page("app_pages/what_worked.py", title="What worked?", icon=":material/explore:"),
+    st.Page("app_pages/explore.py", title="Explore", icon=":material/scatter_plot:"),
     st.Page("app_pages/runs.py", title="Runs", icon=":material/table_rows:"),
     st.Page("app_pages/scaling.py", title="Scaling & planner", icon=":material/trending_up:"),
     st.Page("app_pages/failures.py", title="Failures", icon=":material/error:"),

@@ -15,6 +15,9 @@ from dashboard.api import Client, api_token, api_url
 #: seconds a GET answer is reused: short, so a sweep's new runs show up on the next interaction
 TTL_S = 30
 HEALTH_TTL_S = 5
+#: seconds the filter choices (distinct values per field, one SQL query) are reused: they change
+#: only when a new GPU type, model size, … is recorded, so a little longer than a GET answer
+OPTIONS_TTL_S = 120
 
 
 def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -31,9 +34,35 @@ def _cached_health(url: str, token: str | None) -> dict[str, Any]:
     return Client(url, token).health()
 
 
+@st.cache_data(ttl=OPTIONS_TTL_S, show_spinner=False, max_entries=20)
+def _cached_options(url: str, token: str | None) -> dict[str, Any]:
+    from dashboard.logic import options as opt
+
+    return opt.from_sql(Client(url, token).post("/sql", {"query": opt.options_sql()}))
+
+
+def options() -> dict[str, Any]:
+    """The filter choices (dashboard.logic.options.from_sql), cached for OPTIONS_TTL_S seconds."""
+    return _cached_options(api_url(), api_token())
+
+
 def get(path: str, **params: Any) -> Any:
     """GET ``/api/v1{path}`` through the cache (None parameters are dropped)."""
     return _cached_get(api_url(), api_token(), path, _key(params))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=50)
+def _cached_post(url: str, token: str | None, path: str, payload_json: str) -> Any:
+    import json
+
+    return Client(url, token).post(path, json.loads(payload_json))
+
+
+def post_cached(path: str, payload: Any) -> Any:
+    """POST a read-only query (e.g. /sql) through the GET cache (same TTL): a page's own queries only."""
+    import json
+
+    return _cached_post(api_url(), api_token(), path, json.dumps(payload, sort_keys=True))
 
 
 def post(path: str, payload: Any) -> Any:
@@ -50,6 +79,8 @@ def clear() -> None:
     """Forget every cached answer (the Refresh button)."""
     _cached_get.clear()
     _cached_health.clear()
+    _cached_options.clear()
+    _cached_post.clear()
 
 
 def all_runs(max_runs: int = 20_000, page_size: int = 1000, **params: Any) -> tuple[list[dict[str, Any]], int]:

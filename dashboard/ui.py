@@ -61,7 +61,7 @@ def require_api(need_runs: bool = True) -> dict[str, Any]:
     with st.sidebar:
         st.caption(f"API {api_url()} · {health.get('backend', '?')} · {health.get('runs', 0):,} runs")
         if st.button("Refresh data", icon=":material/refresh:", key="refresh_data",
-                     help="forget cached answers (they live 30 s)"):
+                     help="forget cached answers (API answers live 30 s, the filter choices 2 min)"):
             data.clear()
             st.rerun()
     with api_errors():  # /health needs no token: check ours on a read endpoint
@@ -81,8 +81,19 @@ def call(fn: Callable[..., Any], *args: Any, spinner: str | None = None, **kwarg
         return fn(*args, **kwargs)
 
 
-def load_options() -> dict[str, list[Any]]:
-    """Filter choices from the data: the newest 1,000 runs plus every heatmap cell's best run."""
+def load_options() -> dict[str, Any]:
+    """Filter choices from the data: one SQL query of the distinct values (cached, see
+    data.options); on a server without POST /sql, the newest 1,000 runs plus every heatmap cell's
+    best run."""
+    try:
+        return data.options()
+    except ApiError as exc:
+        if not (exc.endpoint_missing or exc.status == 400):
+            show_error(exc)
+            st.stop()
+    except (ApiDown, Unauthorized) as exc:
+        show_error(exc)
+        st.stop()
     with api_errors():
         page = data.get("/runs", limit=1000, sort="-id")
         cells = data.get("/heatmap").get("cells", [])
@@ -90,21 +101,33 @@ def load_options() -> dict[str, list[Any]]:
 
 
 def choice(label: str, values: list[Any], key: str, fmt: Callable[[Any], str] = str, any_label: str = "any",
-           bind: bool = True, help: str | None = None) -> Any:
-    """A select box of ``values`` with a first "any" entry (returned as None)."""
+           bind: bool = True, help: str | None = None, default: Any = None) -> Any:
+    """A select box of ``values`` with a first "any" entry (returned as None); ``default`` is the
+    value selected when neither the URL nor the user chose one (None = "any")."""
     options = [None, *values]
-    return st.selectbox(label, options, key=key, help=help,
+    index = options.index(default) if default in options else 0
+    return st.selectbox(label, options, key=key, help=help, index=index,
                         format_func=lambda v: any_label if v is None else fmt(v),
                         bind="query-params" if bind else None)
 
 
-def heatmap_filters(options: dict[str, list[Any]], prefix: str = "hm") -> dict[str, Any]:
-    """The heatmap filters (DESIGN §4) in the sidebar; returns the API query parameters."""
+def default_slice(options: dict[str, Any]) -> tuple[Any, Any]:
+    """(gpu_type, seq_len) of the most-recorded pair (options["slice"]), or (None, None)."""
+    top = options.get("slice")
+    return (top[0], top[1]) if top else (None, None)
+
+
+def heatmap_filters(options: dict[str, Any], prefix: str = "hm", comparable: bool = False) -> dict[str, Any]:
+    """The heatmap filters (DESIGN §4) in the sidebar; returns the API query parameters.
+    ``comparable``: GPU type and sequence length start on the most-recorded pair (a slice whose
+    runs compare), not on "any"."""
+    gpu, seq = default_slice(options) if comparable else (None, None)
     with st.sidebar:
         st.subheader("Filters")
         params = {
-            "gpu_type": choice("GPU type", options.get("gpu_type", []), f"{prefix}_gpu"),
-            "seq_len": choice("Sequence length", options.get("seq_len", []), f"{prefix}_seq", fmt=lambda v: f"{v:,}"),
+            "gpu_type": choice("GPU type", options.get("gpu_type", []), f"{prefix}_gpu", default=gpu),
+            "seq_len": choice("Sequence length", options.get("seq_len", []), f"{prefix}_seq", fmt=lambda v: f"{v:,}",
+                              default=seq),
             "global_batch_tokens": choice("Global batch (tokens)", options.get("global_batch_tokens", []),
                                           f"{prefix}_gbt", fmt=lambda v: f"{v:,}"),
             "framework": choice("Framework", options.get("framework", []), f"{prefix}_fw"),

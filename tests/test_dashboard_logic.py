@@ -8,6 +8,7 @@ import csv
 import io
 import shutil
 from collections import Counter
+from datetime import datetime
 
 import pandas as pd
 import pytest
@@ -22,7 +23,14 @@ from dashboard.logic import recommend as rec
 from dashboard.logic import runs as rl
 from dashboard.logic import scaling as sc
 from dashboard.logic import sql as sq
-from dashboard.logic.fmt import compact, config_label, nodes_label, pct, size_label, split_label
+from dashboard.logic.fmt import (
+    compact,
+    config_label,
+    nodes_label,
+    pct,
+    size_label,
+    split_label,
+)
 from service.api import create_app
 from service.db import Database
 from service.settings import Settings
@@ -94,30 +102,42 @@ def test_config_label_matches_the_api_label_of_every_best_run(cells):
 
 # --- heatmap ----------------------------------------------------------------------------------
 
+def playbook_lines(row: dict, metric: str = "tokens_per_sec_per_gpu") -> list[str]:
+    """The landing cell of a CSV row: config (two lines), tok/s and MFU (ranking metric first), then
+    the exact size class with the peak memory."""
+    tps = f"{compact(float(row['tok/s/gpu']))} tok/s"
+    mfu = f"MFU {float(row['mfu']):.1f}%"
+    return [f"DP{row['dp']} TP{row['tp']} PP{row['pp']}",
+            f"GAS{int(float(row['batch_accum']))} Z{row['zero_stage']} MBS{row['mbs']}",
+            *([tps, mfu] if metric == "tokens_per_sec_per_gpu" else [mfu, tps]),
+            f"1.3B · {float(row['Mem Alloc (GB)']):.1f} GiB"]
+
+
 def test_grid_and_cell_text_match_the_csv(cells, data_dir):
     grid = hm.build_grid(cells, "mfu")
-    assert grid.sizes == [1.3] and grid.nodes == [1, 2, 4]  # 1.34G → class 1.3; the sample has ≤ 4 nodes
+    # 1.34G → size class 1.3 → the "1–2B" family of the fixed grid; the sample has ≤ 4 nodes
+    assert grid.rows == ["1–2B"] and grid.nodes == [1, 2, 4]
     for nodes in grid.nodes:
-        cell = grid.cell(1.3, nodes)
-        assert hm.cell_text(cell, "mfu") == playbook_text(csv_best(data_dir, nodes))
-    assert hm.cell_text(grid.cell(1.3, 1)) == "DP8 TP1 PP1\nGAS16 Z0 MBS2\nMFU 39.2%\n25.1 GiB"
-    best1 = csv_best(data_dir, 1)
-    assert hm.cell_lines(grid.cell(1.3, 1), "tokens_per_sec_per_gpu")[2] == \
-        f"{compact(float(best1['tok/s/gpu']))} tok/s · MFU {float(best1['mfu']):.1f}%"
-    # colour values: MFU in percent, row-major over sizes × nodes
+        cell = grid.cell("1–2B", nodes)
+        assert hm.cell_lines(cell, "mfu") == playbook_lines(csv_best(data_dir, nodes), "mfu")  # MFU derived ∝ tok/s here
+    assert hm.cell_text(grid.cell("1–2B", 1), "mfu").startswith("DP8 TP1 PP1\nGAS16 Z0 MBS2\nMFU 39.2%\n")
+    # colour values: MFU in percent on the fixed scale, whatever the ranking metric
     values = grid.values()
     assert values[0][0] == pytest.approx(100 * (cells[0]["best"]["mfu_derived"]))
-    assert grid.locate("1.3B", "2") == (1.3, 2) and grid.locate("9B", "2") is None
+    assert hm.MFU_SCALE == (0.0, 60.0)
+    fig = hm.figure(grid)
+    assert (fig.data[0].zmin, fig.data[0].zmax, fig.data[0].zauto) == (0.0, 60.0, False)
+    assert grid.locate("1–2B", "2") == ("1–2B", 2) and grid.locate("9B", "2") is None
 
 
 def test_cell_counts_match_the_csv(cells, data_dir):
     counts = Counter((int(float(r["nodes"])), r["status"]) for r in csv_rows(data_dir))
-    for cell in cells:
+    for cell in hm.group(cells):
         n = cell["nodes"]
         ok, oom, other = (counts[n, s] for s in ("Success", "OOM", "Other"))
         assert hm.cell_counts(cell) == f"ok {ok} · OOM {oom} · failed {other}"
     busiest = max((1, 2, 4), key=lambda n: sum(counts[n, s] for s in ("Success", "OOM", "Other")))
-    assert hm.default_cell(cells) == (1.3, busiest)
+    assert hm.default_cell(hm.group(cells)) == f"1–2B × {busiest} nodes"
 
 
 def failure_cell(**over):
@@ -131,55 +151,65 @@ def test_failure_only_cells_are_marked_not_empty(cells):
     assert hm.failure_text(failure_cell(n_failed=0)) == "✗ OOM 5"
     assert hm.failure_text(failure_cell(n_oom=0, n_failed=0)) == "✗ no success"
     grid = hm.build_grid([*cells, cell], "mfu")
-    assert grid.sizes == [1.3, 80.0]
+    assert grid.rows == ["1–2B", "70B"]  # 80B lies in the fixed 50–100B family
     fig = hm.figure(grid)
     best_trace, failed_trace, centres = fig.data
     assert (failed_trace.name, centres.name) == ("failures only", "cells")
-    # the failure cell is grey in the second trace and uncoloured in the first
-    row, col = grid.sizes.index(80.0), grid.nodes.index(2)
+    row, col = grid.rows.index("70B"), grid.nodes.index(2)
     assert best_trace.z[row][col] is None and failed_trace.z[row][col] == 1.0
     assert failed_trace.text[row][col] == "✗ OOM 5 · failed 2" and failed_trace.textfont.color == hm.FAILED_TEXT
-    # one invisible marker per cell takes hover and click (heatmaps cannot be selected in Streamlit)
     assert len(centres.x) == len(grid.cells) and centres.marker.opacity == 0
-    k = list(zip(centres.x, centres.y)).index(("2", "80B"))
-    assert centres.customdata[k].startswith("<b>80B × 2 nodes</b><br>✗ OOM 5 · failed 2")
-    assert grid.locate(centres.y[k], centres.x[k]) == (80.0, 2) and best_trace.hoverinfo == "skip"
+    k = list(zip(centres.x, centres.y)).index(("2", "70B"))
+    assert centres.customdata[k].startswith("<b>70B × 2 nodes</b> (sizes 80B)<br>✗ OOM 5 · failed 2")
+    assert grid.locate(centres.y[k], centres.x[k]) == ("70B", 2) and best_trace.hoverinfo == "skip"
     table = hm.label_table(grid)
-    assert table.loc["80B", "2 nodes"] == "✗ OOM 5 · failed 2" and table.loc["80B", "1 node"] == ""
+    assert table.loc["70B", "2 nodes"] == "✗ OOM 5 · failed 2" and table.loc["70B", "1 node"] == ""
+
+
+def test_cells_without_mfu_get_their_own_colour(cells):
+    best = {**cells[0]["best"], "mfu": None, "mfu_derived": None, "id": 99999}
+    grid = hm.build_grid([{**cells[0], "model_size_class": 8.0, "best": best}], "tokens_per_sec_per_gpu")
+    fig = hm.figure(grid)
+    assert [t.name for t in fig.data] == ["best run", "no MFU", "cells"]
+    assert fig.data[0].z[0][0] is None and fig.data[1].z[0][0] == 1.0
+    assert fig.data[1].text[0][0].startswith("DP8 TP1 PP1<br>")
 
 
 def test_figure_writes_the_cells_and_sizes_the_text(cells, data_dir):
-    grid = hm.build_grid(cells, "mfu")
+    grid = hm.build_grid(cells, "tokens_per_sec_per_gpu")
     fig = hm.figure(grid)
     assert [t.name for t in fig.data] == ["best run", "cells"]  # no failure-only cell in the sample
     trace = fig.data[0]
-    assert list(trace.x) == ["1", "2", "4"] and list(trace.y) == ["1.3B"]
+    assert list(trace.x) == ["1", "2", "4"] and list(trace.y) == ["1–2B"]
     assert trace.texttemplate == "%{text}" and trace.textfont.size >= 10
-    assert trace.text[0][0] == playbook_text(csv_best(data_dir, 1)).replace("\n", "<br>")
+    assert trace.text[0][0] == "<br>".join(playbook_lines(csv_best(data_dir, 1)))
     assert fig.layout.xaxis.type == "category" and fig.layout.yaxis.autorange == "reversed"
-    assert fig.layout.height >= 200
     # many columns: no text written (unreadable), hover only
     wide = [{**cells[0], "nodes": n} for n in range(1, 41)]
     assert hm.text_font_size(hm.build_grid(wide, "mfu")) == 0
     assert hm.figure(hm.build_grid(wide, "mfu")).data[0].texttemplate is None
     # zoom keeps only the chosen rows / columns
     assert hm.build_grid(cells, "mfu", nodes=[2, 4]).nodes == [2, 4]
+    # long lines wrap at a space so the columns stay narrow
+    long_cell = {**cells[0], "config_label": "DP16 TP2 PP8 EP32 GAS21 Z3 MBS1 RC:full"}
+    assert all(len(line) <= hm.LINE_CHARS for line in hm.cell_lines(long_cell))
 
 
 def test_label_table_and_csv(cells, data_dir):
-    grid = hm.build_grid(cells, "mfu")
+    grid = hm.build_grid(cells, "tokens_per_sec_per_gpu")
     table = hm.label_table(grid)
-    assert list(table.columns) == ["1 node", "2 nodes", "4 nodes"] and list(table.index) == ["1.3B"]
-    assert table.loc["1.3B", "1 node"] == playbook_text(csv_best(data_dir, 1)).replace("\n", " · ")
-    frame = hm.cells_frame(cells)
+    assert list(table.columns) == ["1 node", "2 nodes", "4 nodes"] and list(table.index) == ["1–2B"]
+    assert table.loc["1–2B", "1 node"] == " · ".join(playbook_lines(csv_best(data_dir, 1)))
+    grouped = hm.group(cells)
+    frame = hm.cells_frame(grouped)
     back = pd.read_csv(io.StringIO(frame.to_csv(index=False)))
     assert list(back.columns) == hm.CSV_COLUMNS and len(back) == 3
     one = back[back.nodes == 1].iloc[0]
     assert one.tokens_per_sec_per_gpu == pytest.approx(float(csv_best(data_dir, 1)["tok/s/gpu"]))
-    assert one.config_label == cells[0]["config_label"]
-    choices = hm.cell_choices(cells)
-    assert list(choices) == [(1.3, 1), (1.3, 2), (1.3, 4)]
-    assert choices[(1.3, 1)].startswith("1.3B × 1 node — DP8 TP1 PP1 GAS16 Z0 MBS2 · ok ")
+    assert one.family == "1–2B" and str(one.sizes) == "1.3"
+    choices = hm.cell_choices(grouped)
+    assert list(choices) == ["1–2B × 1 node", "1–2B × 2 nodes", "1–2B × 4 nodes"]
+    assert hm.choice_label(choices["1–2B × 1 node"]).startswith("1–2B × 1 node — DP8 TP1 PP1 GAS16 Z0 MBS2 · ok ")
 
 
 # --- runs -------------------------------------------------------------------------------------
@@ -273,7 +303,7 @@ def test_scaling_points_and_amdahl_curve(data_dir):
     assert {t.name for t in fig.data} >= {"measured (best run per node count)", "ideal (linear)", "Amdahl fit"}
     text = sc.amdahl_summary({"serial_fraction": s, "serial_fraction_stderr": 0.005, "r2": 0.99, "base_nodes": 1,
                               "max_speedup": 50.0, "nodes_at_50pct_efficiency": 51.0})
-    assert text.startswith("serial fraction 2.00% ± 0.50% (R² 0.990): speedup at most 50× the 1-node")
+    assert text.startswith("serial fraction 2.00% ± 0.50%: speedup at most 50× the 1-node")
     assert "50% at ≈ 51 nodes" in text
     assert sc.amdahl_summary(None, "only 1 node count measured") == "no Amdahl fit: only 1 node count measured"
 
@@ -358,6 +388,60 @@ def test_options_from_runs_and_cells(all_runs, cells, data_dir):
     assert opt.date_bounds(date(2025, 1, 2), date(2025, 1, 3)) == {
         "started_after": "2025-01-02T00:00:00", "started_before": "2025-01-04T00:00:00"}
     assert opt.parse_day("2025-03-04T10:00:00Z") == date(2025, 3, 4) and opt.parse_day("junk") is None
+
+
+def test_options_from_one_sql_query(api, data_dir):
+    body = api.post("/api/v1/sql", json={"query": opt.options_sql()}).json()
+    o = opt.from_sql(body)
+    rows = csv_rows(data_dir)
+    assert o["gpu_type"] == ["H100-SXM-80GB"] and o["nodes"] == sorted({int(float(r["nodes"])) for r in rows})
+    assert o["counts"]["nodes"] == dict(Counter(int(float(r["nodes"])) for r in rows))
+    assert o["slice"] == ("H100-SXM-80GB", 4096, len(rows))  # the one (GPU, seq) pair of the sample
+    days = sorted(datetime.fromisoformat(r["date"]).date() for r in rows if r["date"])
+    assert o["dates"] == [days[0], days[-1]] and all(isinstance(n, int) for n in o["nodes"])
+
+
+def test_styled_tables_show_missing_values_as_a_dash(all_runs):
+    table = rl.runs_table(all_runs[:3])
+    table.loc[0, "mfu"] = None
+    table.loc[1, "started_at"] = None
+    shown = rl.styled(table)
+    assert shown.loc[0, "mfu"] == "—" and shown.loc[1, "started_at"] == "—"
+    assert not ({"None", "nan", "NaN", "<NA>"} & set(shown.to_numpy().ravel()))
+    assert shown.loc[2, "mfu"].endswith("%") and "," in shown.loc[2, "tokens_per_sec_per_gpu"]
+
+
+def test_fit_errors_are_what_the_chart_shows():
+    frame = sc.points_frame([{"nodes": n, "world_size": 8 * n, "tokens_per_sec_per_gpu": t, "efficiency": e}
+                             for n, t, e in ((1, 100.0, 1.0), (2, 90.0, 0.9), (4, 60.0, 0.6))])
+    errors = sc.fit_errors(frame, {"serial_fraction": 0.1, "base_nodes": 1})
+    fit2 = (1 / (0.1 + 0.9 / 2)) / 2  # Amdahl efficiency at 2× the base nodes
+    assert errors.loc[1, "fit_efficiency"] == pytest.approx(fit2)
+    assert errors.loc[1, "error_pp"] == pytest.approx(100 * (fit2 - 0.9))
+    text = sc.fit_quality(errors)
+    worst = errors["error_pp"].abs().idxmax()
+    assert f"at {int(errors.loc[worst, 'nodes'])} nodes" in text and "percentage points" in text
+    assert sc.fit_errors(frame, None).empty
+
+
+def test_explore_query_and_frame(api):
+    from dashboard.logic import explore as ex
+
+    query = ex.explore_sql({"gpu_type": "H100-SXM-80GB", "status": "oom", "seq_len": 4096, "framework": None})
+    assert "gpu_type = 'H100-SXM-80GB'" in query and "seq_len = 4096" in query and "framework" not in query.split(
+        "where")[1]
+    assert ex.sql_literal("it's") == "'it''s'"
+    with pytest.raises(ValueError):
+        ex.explore_sql({"dp; drop table runs": 1})
+    df = ex.frame(api.post("/api/v1/sql", json={"query": query}).json())
+    expected = api.get("/api/v1/runs", params={"status": "oom", "limit": 1}).json()["total"]
+    assert len(df) == expected and set(df.status) == {"oom"}
+    fig = ex.scatter(ex.frame(api.post("/api/v1/sql", json={"query": ex.explore_sql({})}).json()), "nodes",
+                     "tokens_per_sec_per_gpu")
+    assert {t.name for t in fig.data} == {"success"}  # failed runs have no tok/s: left out of this scatter
+    assert all(len(t.customdata) == len(t.x) for t in fig.data)
+    event = {"selection": {"points": [{"customdata": [5]}, {"customdata": [3]}, {"customdata": [5]}]}}
+    assert ex.selected_ids(type("E", (), event)()) == [5, 3]
 
 
 def test_sql_result_table():

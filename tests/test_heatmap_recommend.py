@@ -261,12 +261,12 @@ def test_suggest_cli_matches_the_api(live_api, data_dir):
     import csv as csvmod
     import io
 
+    import httpx
+    from conftest import post_records
     from typer.testing import CliRunner
 
-    from conftest import post_records
     from ingest.parsers import nanotron
     from service.cli import app
-    import httpx
 
     with httpx.Client(base_url=live_api, timeout=120) as http:
         post_records(http, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)

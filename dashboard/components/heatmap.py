@@ -12,32 +12,66 @@ import streamlit as st
 from dashboard import data, ui
 from dashboard.components.runs import COLUMNS as RUN_COLUMNS
 from dashboard.logic import heatmap as hm
-from dashboard.logic.fmt import nodes_label, size_label
-from dashboard.logic.runs import runs_table
+from dashboard.logic.runs import runs_table, styled
 
 CELL_KEY = "hm_cell"
 _LAST_CLICK = "hm_last_click"
+#: the default zoom shows at most this many node counts (the smallest ones), so the configuration
+#: text fits the cells; the Nodes slider widens it
+DEFAULT_MAX_COLUMNS = 10
 
-def zoom(cells: list[dict[str, Any]]) -> tuple[list[float], list[int]]:
-    """Sidebar range sliders over the model sizes and node counts present; returns what to show."""
-    sizes = sorted({c["model_size_class"] for c in cells})
-    nodes = sorted({c["nodes"] for c in cells})
+
+def widen() -> None:
+    """"Every GPU type and sequence length": the filters of the comparable slice set to "any"."""
+    st.session_state["hm_gpu"] = None
+    st.session_state["hm_seq"] = None
+
+
+def slice_note(options: dict[str, Any], params: dict[str, Any]) -> None:
+    """Say which slice is shown and offer the one click that widens it."""
+    gpu, seq = ui.default_slice(options)
+    if gpu is None:
+        return
+    shown = params.get("gpu_type"), params.get("seq_len")
+    c1, c2 = st.columns([4, 1], vertical_alignment="center")
+    if shown == (gpu, seq):
+        runs = options["slice"][2]
+        c1.info(f"Showing the most-recorded comparable slice: **{gpu}**, sequence length **{seq:,}** "
+                f"({runs:,} runs), so every cell compares like with like. ", icon=":material/filter_alt:")
+        c2.button("All GPUs & lengths", on_click=widen, key="hm_widen", icon=":material/zoom_out_map:",
+                  help="show every GPU type and sequence length (one click back: pick them in the sidebar)")
+    elif shown == (None, None):
+        c1.caption("Every GPU type and sequence length are mixed in these cells (a 4-GPU GB300 node and an 8-GPU "
+                   "H100 node share a column): pick a GPU type and sequence length in the sidebar to compare.")
+
+
+def zoom(rows: list[str], nodes: list[int]) -> tuple[list[str], list[int]]:
+    """Sidebar range sliders over the families and node counts present (bound to the URL as
+    ``hm_rows`` / ``hm_nodes``); returns what to show. The node range starts on the
+    DEFAULT_MAX_COLUMNS smallest node counts."""
     with st.sidebar:
         st.subheader("Zoom")
-        if len(sizes) > 1:
-            lo, hi = st.select_slider("Model sizes", sizes, value=(sizes[0], sizes[-1]), format_func=size_label)
-            sizes = [s for s in sizes if lo <= s <= hi]
+        if len(rows) > 1:
+            lo, hi = st.select_slider("Model sizes", rows, value=(rows[0], rows[-1]), key="hm_rows",
+                                      bind="query-params")
+            rows = rows[rows.index(lo):rows.index(hi) + 1]
         if len(nodes) > 1:
-            lo, hi = st.select_slider("Nodes", nodes, value=(nodes[0], nodes[-1]))
-            nodes = [n for n in nodes if lo <= n <= hi]
-    return sizes, nodes
+            top = nodes[min(len(nodes), DEFAULT_MAX_COLUMNS) - 1]
+            lo, hi = st.select_slider("Nodes", nodes, value=(nodes[0], top), key="hm_nodes", bind="query-params",
+                                      help=f"starts on the {DEFAULT_MAX_COLUMNS} smallest node counts, so the "
+                                           "configurations fit the cells")
+            shown = [n for n in nodes if lo <= n <= hi]
+            if len(shown) < len(nodes):
+                st.caption(f"{len(shown)} of {len(nodes)} node counts shown (up to {max(nodes):,} recorded)")
+            nodes = shown
+    return rows, nodes
 
 
 def chart(grid: hm.Grid) -> Any:
     """Draw the heatmap; a clicked cell becomes the selected cell (see :func:`cell_picker`)."""
     fig = hm.figure(grid)
     if not hm.text_font_size(grid):
-        st.info(f"{len(grid.sizes)} model sizes × {len(grid.nodes)} node counts is too many to write the "
+        st.info(f"{len(grid.rows)} model sizes × {len(grid.nodes)} node counts is too many to write the "
                 "configurations in the cells: narrow the zoom or the filters in the sidebar (hover a cell for "
                 "its details; the table below lists every cell).")
     event = st.plotly_chart(fig, key="hm_chart", on_select="rerun", selection_mode="points", config={
@@ -49,10 +83,18 @@ def chart(grid: hm.Grid) -> Any:
         where = grid.locate(points[0].get("y"), points[0].get("x"))
         if where and where != st.session_state.get(_LAST_CLICK):
             st.session_state[_LAST_CLICK] = where
-            st.session_state[CELL_KEY] = where
-    st.caption("Each cell: the best successful run (DP/TP/PP[/CP/EP], GAS = gradient-accumulation steps, "
-               "Z = ZeRO stage, MBS = micro-batch size, RC = recompute), its MFU and peak memory per GPU. "
-               "Grey cells: only failed runs (OOM / other failures). Click a cell or pick it below.")
+            cell = grid.cell(*where)
+            if cell is not None:
+                st.session_state[CELL_KEY] = hm.cell_key(cell)
+    lo, hi = hm.MFU_SCALE
+    st.caption(f"Each cell: the best successful run of the family at that node count (ranked by "
+               f"{hm.METRICS[grid.metric]}, then MFU, then the lower run id): DP/TP/PP[/CP/EP], GAS = "
+               "gradient-accumulation steps, Z = ZeRO stage, MBS = micro-batch size, RC = recompute; its "
+               "throughput, MFU, and the exact model size with peak memory per GPU. Colour = MFU on a fixed "
+               f"scale, {lo:.0f} % → {hi:.0f} % (higher is the same green), the same on every view. Pale blue: "
+               "no MFU (unknown precision or peak). Grey: only failed runs. Rows are families on a fixed log "
+               "grid (≤200M, 350M, 760M, 1–2B, 3B, 7–8B, 13B, 20B, 30–34B, 70B, 175B, 405B, 1T+; MoE apart by "
+               "total and active parameters). Click a cell or pick it below.")
     return fig
 
 
@@ -60,7 +102,7 @@ def grid_text(grid: hm.Grid) -> None:
     """The grid as an HTML table (text a reader can copy; every cell's config and numbers)."""
     table = hm.label_table(grid)
     with st.container(key="hm_grid_text"):
-        if len(grid.nodes) <= 12 and len(grid.sizes) <= 30:
+        if len(grid.nodes) <= 12 and len(grid.rows) <= 30:
             st.table(table)
         else:
             st.dataframe(table)
@@ -85,24 +127,37 @@ def downloads(fig: Any, cells: list[dict[str, Any]]) -> None:
                                     "interactive chart; the camera icon above the chart saves a PNG")
 
 
-def cell_picker(cells: list[dict[str, Any]], metric: str) -> tuple[float, int] | None:
-    """A select box of every cell (also set by clicking the chart); returns (size, nodes)."""
-    choices = hm.cell_choices(cells, metric)
+def cell_picker(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A select box of every (grouped) cell, bound to the URL as ``hm_cell`` (also set by clicking
+    the chart); returns the selected cell."""
+    choices = hm.cell_choices(cells)
     if not choices:
         return None
-    if st.session_state.get(CELL_KEY) not in choices:
-        st.session_state[CELL_KEY] = hm.default_cell(cells)
-    return st.selectbox("Cell", list(choices), format_func=choices.get, key=CELL_KEY,
-                        help="pick a cell (or click it in the chart) to list its runs")
+    default = hm.default_cell(cells)
+    keys = list(choices)
+    key = st.selectbox("Cell", keys, index=keys.index(default) if default in keys else 0, key=CELL_KEY,
+                       bind="query-params", help="pick a cell (or click it in the chart) to list its runs; the "
+                                                 "link of this page keeps it")
+    cell = choices.get(key)
+    if cell is not None:
+        st.caption(hm.choice_label(cell))
+    return cell
 
 
-def cell_runs(where: tuple[float, int], metric: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """The runs of one cell, best first, as a table."""
-    size, nodes = where
-    body = ui.call(data.get, "/heatmap/cell", model_size_class=size, nodes=nodes, metric=metric,
-                   spinner="Loading the cell's runs…", **params)
-    runs = body.get("runs", [])
-    st.markdown(f"**{len(runs)} run(s) in {size_label(size)} × {nodes_label(nodes)}**, successes best first, "
-                "then failures")
-    st.dataframe(runs_table(runs), hide_index=True, column_config=RUN_COLUMNS, key="hm_cell_runs")
+def cell_runs(cell: dict[str, Any], metric: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs of one (family) cell, best first, as a table: GET /heatmap/cell for each exact
+    size class the family merged."""
+    runs: list[dict[str, Any]] = []
+    with st.spinner("Loading the cell's runs…"):
+        for size in cell.get("sizes") or [cell["model_size_class"]]:
+            body = ui.call(data.get, "/heatmap/cell", model_size_class=size, nodes=cell["nodes"], metric=metric,
+                           **params)
+            runs.extend(body.get("runs", []))
+    ok = [r for r in runs if r.get("status") == "success"]
+    failed = [r for r in runs if r.get("status") != "success"]
+    ok.sort(key=lambda r: (-(r.get(metric if metric != "mfu" else "mfu_derived") or -1), r.get("id") or 0))
+    runs = ok + failed
+    st.markdown(f"**{len(runs)} run(s) in {hm.cell_key(cell)}** (sizes {hm.sizes_text(cell)}), successes best "
+                "first, then failures")
+    st.dataframe(styled(runs_table(runs)), hide_index=True, column_config=RUN_COLUMNS, key="hm_cell_runs")
     return runs

@@ -6,20 +6,17 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard import data, ui
+from dashboard import api, data, ui
 from dashboard.logic import runs as rl
 from dashboard.logic.fmt import run_title, size_label
 
 _CURSORS = "runs_cursors"
 _SIGNATURE = "runs_signature"
 
+#: column headers of the runs tables (the values are formatted by dashboard.logic.runs.styled)
 COLUMNS = {
-    "mfu": st.column_config.NumberColumn("MFU", format="percent"),
-    "tokens_per_sec_per_gpu": st.column_config.NumberColumn("tok/s/GPU", format="localized"),
-    "peak_memory_gib": st.column_config.NumberColumn("peak GiB", format="%.1f"),
-    "size_B": st.column_config.NumberColumn("size (B)"),
-    "global_batch_tokens": st.column_config.NumberColumn("batch tokens", format="localized"),
-    "started_at": st.column_config.DatetimeColumn("started", format="YYYY-MM-DD HH:mm"),
+    "mfu": "MFU", "tokens_per_sec_per_gpu": "tok/s/GPU", "peak_memory_gib": "peak GiB", "size_B": "size (B)",
+    "global_batch_tokens": "batch tokens", "started_at": "started",
 }
 
 
@@ -69,7 +66,7 @@ def page(query: dict[str, Any], sort: str, limit: int) -> dict[str, Any]:
 
 def table(runs: list[dict[str, Any]]) -> None:
     """The page as a table plus its CSV (every field)."""
-    st.dataframe(rl.runs_table(runs), hide_index=True, column_config=COLUMNS, key="runs_table")
+    st.dataframe(rl.styled(rl.runs_table(runs)), hide_index=True, column_config=COLUMNS, key="runs_table")
     ui.csv_download("This page as CSV", lambda: rl.runs_csv(runs), "scalebook-runs.csv", key="runs_csv")
 
 
@@ -86,17 +83,46 @@ def detail(runs: list[dict[str, Any]]) -> None:
             with cols[i % 3]:
                 st.markdown(f"*{name}*")
                 st.table(frame.set_index("field"))
+        retire(run)
+
+
+def retire(run: dict[str, Any]) -> None:
+    """Retire (or un-retire) the run shown, with a reason: POST /runs/retire with a write token
+    (SCALEBOOK_TOKEN, or one typed here for this request only)."""
+    retired = bool(run.get("retired") or run.get("retired_at"))
+    label = "Un-retire this run" if retired else "Retire this run"
+    with st.expander(f"{label} (needs a write token)", icon=":material/archive:"):
+        st.caption("A retired run stays stored and listed here, but the heatmap, recommendations and fits leave it "
+                   "out (a mis-recorded or superseded benchmark). Un-retiring brings it back.")
+        if retired:
+            st.markdown(f"Retired: {run.get('retired_reason') or rl.MISSING}")
+        reason = "" if retired else st.text_input("Reason", key="runs_retire_reason",
+                                                  placeholder="e.g. wrong gpu_type recorded; rerun is #1234")
+        token = st.text_input("Write token", type="password", key="runs_retire_token",
+                              help="leave empty to use SCALEBOOK_TOKEN; used for this request only, never stored")
+        if st.button(label, key="runs_retire_go", disabled=not retired and not reason.strip()):
+            try:
+                if retired:
+                    api.unretire_runs([int(run["id"])], token=token or None)
+                else:
+                    api.retire_runs([int(run["id"])], reason, token=token or None)
+            except api.DashboardApiError as exc:
+                ui.show_error(exc)
+            else:
+                data.clear()
+                st.success(f"Run #{run['id']} {'un-retired' if retired else 'retired'}.")
 
 
 def compare(runs: list[dict[str, Any]]) -> None:
-    """2–4 runs side by side; fields whose values differ are highlighted."""
+    """2–4 runs side by side (picked on this page or typed as ids, also from the URL's
+    ``runs_cmp_ids``); fields whose values differ are highlighted, missing values are "—"."""
     ids = [r["id"] for r in runs]
     titles = {r["id"]: run_title(r) for r in runs}
     ui.reset_on_change("runs_cmp", ids, {"runs_cmp_pick": ids[:2]})
     c1, c2 = st.columns([3, 1])
     picked = c1.multiselect("Runs from this page", ids, max_selections=4, key="runs_cmp_pick",
                             format_func=lambda i: titles.get(i, f"#{i}"))
-    typed = c2.text_input("…or run ids", key="runs_cmp_ids", placeholder="12, 15, 20")
+    typed = c2.text_input("…or run ids", key="runs_cmp_ids", placeholder="12, 15, 20", bind="query-params")
     chosen = list(dict.fromkeys([*picked, *rl.parse_ids(typed)]))[:4]
     if len(chosen) < 2:
         st.info("Pick two to four runs to compare.")

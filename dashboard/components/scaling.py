@@ -12,6 +12,16 @@ from dashboard import data, ui
 from dashboard.api import ApiDown, ApiError, Unauthorized
 from dashboard.logic import scaling as sc
 from dashboard.logic.fmt import pct, size_label
+from dashboard.logic.runs import styled
+
+#: display formats of the scaling table
+TABLE_FORMATS = {"nodes": "{:,.0f}", "world_size": "{:,.0f}", "tokens_per_sec_per_gpu": "{:,.0f}",
+                 "aggregate_tokens_per_sec": "{:,.0f}", "efficiency": "{:.1%}", "best_run_id": "{:.0f}",
+                 "fit_efficiency": "{:.1%}", "error_pp": "{:+.1f}", "aggregate_error_pct": "{:+.1f}"}
+
+#: the planner's defaults (the form starts on them and the page answers them on first visit)
+PLAN_DEFAULTS = {"model_params": "3B", "tokens": "11T", "days": 28.0, "gpu_type": "H100-SXM-80GB", "mfu": None,
+                 "peak_tflops": None}
 
 MISSING = ("This API server has no `{path}` endpoint yet (it answers 404 Not Found). Update scalebook on the "
            "server, restart `scalebook serve`, and reload this page.")
@@ -68,15 +78,22 @@ def scaling(options: dict[str, list[Any]], cells: list[dict[str, Any]]) -> None:
     m[2].metric(f"efficiency at {int(last['nodes'])} nodes", pct(last["efficiency"]))
     m[3].metric("best tok/s/GPU", f"{frame['tokens_per_sec_per_gpu'].max():,.0f}")
     st.caption(sc.amdahl_summary(amdahl, body.get("amdahl_reason")))
+    errors = sc.fit_errors(frame, amdahl)
+    quality = sc.fit_quality(errors)
+    if quality:
+        st.markdown(f"**How well the curve fits:** {quality}.")
     for note in body.get("notes") or []:
         st.caption(f"Note: {note}")
     title = " · ".join(p for p in (size_label(body.get("model_size_class") or size), body.get("gpu_type") or gpu,
                                    f"seq {body['seq_len']:,}" if body.get("seq_len") else None) if p)
     st.plotly_chart(sc.figure(frame, sc.amdahl_curve(frame, amdahl), title=title), key="sc_chart")
-    st.dataframe(frame, hide_index=True, key="sc_points", column_config={
-        "efficiency": st.column_config.NumberColumn("efficiency", format="percent"),
-        "tokens_per_sec_per_gpu": st.column_config.NumberColumn("tok/s/GPU", format="localized"),
-        "aggregate_tokens_per_sec": st.column_config.NumberColumn("aggregate tok/s", format="localized"),
+    table = frame.merge(errors.drop(columns=["measured_efficiency"]), on="nodes", how="left") if not errors.empty \
+        else frame
+    st.dataframe(styled(table, TABLE_FORMATS), hide_index=True, key="sc_points", column_config={
+        "efficiency": "measured efficiency", "tokens_per_sec_per_gpu": "tok/s/GPU",
+        "aggregate_tokens_per_sec": "aggregate tok/s", "fit_efficiency": "Amdahl efficiency",
+        "error_pp": "fit − measured (pp)", "aggregate_error_pct": "fit − measured tok/s (%)",
+        "best_run_id": "best run", "world_size": "GPUs",
     })
 
 
@@ -84,12 +101,13 @@ def planner(options: dict[str, list[Any]]) -> None:
     """GPUs = 6·N·tokens / (peak · MFU · time), MFU from the nearest recorded run unless given."""
     with st.form("plan_form", border=True):
         c = st.columns(6)
-        model = c[0].text_input("Model size", value="3B", key="plan_model", help="3B, 70e9, 8030261248")
-        tokens = c[1].text_input("Training tokens", value="11T", key="plan_tokens", help="11T, 2.5e12")
-        days = c[2].number_input("Days", min_value=0.1, value=28.0, step=1.0, key="plan_days")
+        d = PLAN_DEFAULTS
+        model = c[0].text_input("Model size", value=d["model_params"], key="plan_model", help="3B, 70e9, 8030261248")
+        tokens = c[1].text_input("Training tokens", value=d["tokens"], key="plan_tokens", help="11T, 2.5e12")
+        days = c[2].number_input("Days", min_value=0.1, value=d["days"], step=1.0, key="plan_days")
         gpus = options.get("gpu_type", [])
         gpu = c[3].selectbox("GPU type", gpus, key="plan_gpu", accept_new_options=True,
-                             index=gpus.index("H100-SXM-80GB") if "H100-SXM-80GB" in gpus else 0)
+                             index=gpus.index(d["gpu_type"]) if d["gpu_type"] in gpus else 0)
         mfu = c[4].number_input("MFU % (0 = from runs)", min_value=0.0, max_value=100.0, value=0.0, key="plan_mfu")
         peak = c[5].number_input("Peak TFLOP/s (0 = catalog)", min_value=0.0, value=0.0, key="plan_peak")
         submitted = st.form_submit_button("Plan", type="primary", key="plan_submit")
@@ -98,10 +116,12 @@ def planner(options: dict[str, list[Any]]) -> None:
             "model_params": model.strip(), "tokens": tokens.strip(), "days": days, "gpu_type": gpu,
             "mfu": mfu / 100 if mfu else None, "peak_tflops": peak or None}
     query = st.session_state.get("plan_query")
-    if not query:
-        st.caption("The SmolLM3 playbook's example — 3B parameters, 11T tokens, 4 weeks, 720 TFLOP/s at 30 % "
-                   "MFU — needs about 379 GPUs.")
-        return
+    if not query:  # first visit: the answer for the form's defaults, so the headline matches the form
+        gpus = options.get("gpu_type", [])
+        query = {**PLAN_DEFAULTS, "gpu_type": PLAN_DEFAULTS["gpu_type"] if PLAN_DEFAULTS["gpu_type"] in gpus
+                 else (gpus[0] if gpus else PLAN_DEFAULTS["gpu_type"])}
+        st.caption("The answer for the inputs above (MFU from the nearest recorded run, peak from the hardware "
+                   "catalog). The SmolLM3 playbook's example sets MFU 30 % and 720 TFLOP/s peak.")
     plan = _get("/plan", **query)
     if plan is None:
         return

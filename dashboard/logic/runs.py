@@ -62,6 +62,37 @@ def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
+MISSING = "—"
+
+#: display formats of the runs table's numeric columns (missing values show as MISSING)
+TABLE_FORMATS: dict[str, Any] = {
+    "id": "{:.0f}", "size_B": "{:g}", "nodes": "{:,.0f}", "tokens_per_sec_per_gpu": "{:,.0f}", "mfu": "{:.1%}",
+    "peak_memory_gib": "{:.1f}", "seq_len": "{:,.0f}", "global_batch_tokens": "{:,.0f}",
+}
+
+
+def styled(frame: pd.DataFrame, formats: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """The table as display text for st.dataframe: ``formats`` per column (format strings or
+    callables), every missing value shown as "—" (Streamlit would write "None"; a Styler's
+    ``na_rep`` is not honoured for nulls)."""
+    fmts = {c: f for c, f in (formats or TABLE_FORMATS).items() if c in frame.columns}
+    out = pd.DataFrame(index=frame.index)
+    for col in frame.columns:
+        fmt = fmts.get(col)
+        out[col] = [MISSING if _missing(v) else (fmt(v) if callable(fmt) else fmt.format(v) if fmt else str(v))
+                    for v in frame[col]]
+    return out
+
+
+def _missing(value: Any) -> bool:
+    if value is None or value == "":
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
 def runs_csv(runs: Sequence[Run]) -> str:
     """Every field of the runs as CSV (``extra`` as a JSON string), in the API's field names."""
     if not runs:
@@ -134,7 +165,7 @@ def compare_runs(runs: Sequence[Run], only_differences: bool = False) -> tuple[p
 
 
 def _cell(value: Any) -> str:
-    return "" if value is None else _text(value)
+    return MISSING if value is None else _text(value)
 
 
 DIFF_STYLE = "background-color: #fff3b0; font-weight: 600"
@@ -154,7 +185,7 @@ def diff_markdown(frame: pd.DataFrame, differing: Sequence[str]) -> str:
     for name, row in frame.iterrows():
         cells = [str(v).replace("|", "\\|") for v in row]
         if name in marked:
-            body.append(f"| **{name}** | " + " | ".join(f"**{c}**" if c else "" for c in cells) + " |")
+            body.append(f"| **{name}** | " + " | ".join(f"**{c}**" if c and c != MISSING else c for c in cells) + " |")
         else:
             body.append(f"| {name} | " + " | ".join(cells) + " |")
     return head + "\n".join(body)

@@ -3,8 +3,18 @@ registering itself on `app` (or adding a sub-app), so no module grows into a god
 
 from __future__ import annotations
 
+from service.cli import (  # noqa: F401  (register the commands)
+    analysis_cmds,
+    analytics,
+    db,
+    imports,
+    ingest_cmds,
+    model_cmds,
+    ops,
+    runs_cmds,
+    server,
+)
 from service.cli.base import app
-from service.cli import analysis_cmds, analytics, db, imports, ingest_cmds, model_cmds, ops, server  # noqa: F401  (register)
 
 
 def main() -> None:

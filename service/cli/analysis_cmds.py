@@ -7,11 +7,13 @@ import csv
 import json
 import sys
 from enum import StrEnum
+from typing import Any
 
 import typer
-from rich.table import Table
 
+from service.cli import render
 from service.cli.base import Api, ApiError, app, console, err_console, fail, fetch, print_json
+from service.cli.render import Col
 
 
 class SqlFormat(StrEnum):
@@ -46,70 +48,96 @@ def sql(
         writer.writerow(body["columns"])
         writer.writerows([_cell(v) for v in row] for row in body["rows"])
     else:
-        table = Table(show_lines=False)
-        for col in body["columns"]:
-            table.add_column(col)
-        for row in body["rows"]:
-            table.add_row(*(_cell(v) for v in row))
-        console.print(table)
+        # every column may be left out but the first, rightmost first (SQL has no notion of importance)
+        cols = [Col(c, drop=i) for i, c in enumerate(body["columns"])]
+        rows = [[render.value(c, v) for c, v in zip(body["columns"], row)] for row in body["rows"]]
+        for i, c in enumerate(body["columns"]):
+            if rows and all(isinstance(row[i], (int, float)) and not isinstance(row[i], bool)
+                            for row in body["rows"] if row[i] is not None):
+                cols[i] = Col(c, "right", drop=i)
+        render.table(console, cols, rows, more_hint="--format csv or --format json")
         console.print(f"{body['row_count']:,} row(s) in {body['elapsed_ms']:.1f} ms")
 
 
-def _num(value, fmt: str = ",.0f") -> str:
-    return format(value, fmt) if isinstance(value, (int, float)) else "?"
+_si = render.si
 
 
-def _si(n: float) -> str:
-    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
-        if n >= div:
-            return f"{n / div:g}{suffix}"
-    return f"{n:,.0f}"
-
-
-def _config(cfg: dict) -> str:
-    parts = [f"DP{cfg.get('dp')}", f"TP{cfg.get('tp')}", f"PP{cfg.get('pp')}"]
-    parts += [f"{k}{cfg[v]}" for k, v in (("CP", "cp"), ("EP", "ep")) if (cfg.get(v) or 1) > 1]
-    parts += [f"GAS{cfg.get('grad_accum_steps') or '?'}",
-              f"Z{cfg['zero_stage'] if cfg.get('zero_stage') is not None else '?'}",
-              f"MBS{cfg.get('micro_batch_size') or '?'}"]
-    if cfg.get("recompute") not in (None, "none"):
-        parts.append(f"RC:{cfg['recompute']}")
-    return " ".join(parts)
+def _list_sizes(gpu_type: str | None, seq_len: int | None) -> None:
+    """`scaling` without --model: the model sizes that have runs, with their node counts."""
+    body = fetch("/heatmap", False, gpu_type=gpu_type, seq_len=seq_len)
+    assert body is not None
+    by_size: dict[float, dict[str, Any]] = {}
+    for c in body["cells"]:
+        if c.get("model_size_class") is None:
+            continue
+        entry = by_size.setdefault(c["model_size_class"], {"nodes": set(), "runs": 0})
+        entry["runs"] += c["n_success"] + c["n_oom"] + c["n_failed"]
+        if c.get("best"):
+            entry["nodes"].add(c["nodes"])
+    if not by_size:
+        console.print("no runs yet: import some (`scalebook import …`)")
+        return
+    rows = [[render.size(s), f"{len(e['nodes'])}", ", ".join(str(n) for n in sorted(e["nodes"])) or "—",
+             render.number(e["runs"])]
+            for s, e in sorted(by_size.items(), key=lambda kv: (-len(kv[1]["nodes"]), kv[0]))]
+    render.table(console, [Col("--model"), Col("node counts", "right"), Col("nodes with a success"),
+                           Col("runs", "right", drop=1)], rows,
+                 title="model sizes with runs (most node counts first); pick one with --model")
 
 
 @app.command()
 def scaling(
-    model: str = typer.Option(..., "--model", help="model size: 8B, 1.34B, 8e9"),
+    model: str = typer.Option(None, "--model", help="model size: 8B, 1.34B, 8e9 (left out: list the sizes)"),
     gpu_type: str = typer.Option(None, "--gpu-type"),
     seq_len: int = typer.Option(None, "--seq-len"),
     metric: str = typer.Option("tokens_per_sec_per_gpu", help="tokens_per_sec_per_gpu | mfu"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Best run per node count for a model size, scaling efficiency and the Amdahl's-law fit."""
+    """Best run per node count for a model size, scaling efficiency and the Amdahl's-law fit
+    (without --model: the model sizes that have runs)."""
+    if model is None:
+        if as_json:
+            body = fetch("/heatmap", False, gpu_type=gpu_type, seq_len=seq_len)
+            assert body is not None
+            print_json(sorted({c["model_size_class"] for c in body["cells"] if c.get("model_size_class")}))
+            return
+        _list_sizes(gpu_type, seq_len)
+        return
     body = fetch("/scaling", as_json, model_params=model, gpu_type=gpu_type, seq_len=seq_len, metric=metric)
     if body is None:
         return
-    table = Table(title=f"{body['model_size_class']:g}B on {body.get('gpu_type') or '?'}"
-                        f"{', seq ' + str(body['seq_len']) if body.get('seq_len') else ''}")
-    for col in ("nodes", "GPUs", "tok/s/GPU", "aggregate tok/s", "speedup", "efficiency", "MFU", "config", "run"):
-        table.add_column(col)
+    fit = body.get("amdahl") or {}
+    s = fit.get("serial_fraction")
+    base = fit.get("base_nodes") or (body["points"][0]["nodes"] if body["points"] else 1)
+    cols = [Col("nodes", "right"), Col("GPUs", "right", drop=3), Col("tok/s/GPU", "right"),
+            Col("aggregate tok/s", "right", drop=2), Col("efficiency", "right"), Col("Amdahl", "right", drop=1),
+            Col("MFU", "right", drop=4), Col("config", drop=5), Col("run", "right", drop=6)]
+    rows = []
     for p in body["points"]:
-        table.add_row(str(p["nodes"]), str(p["world_size"]), _num(p["tokens_per_sec_per_gpu"]),
-                      _num(p["aggregate_tokens_per_sec"]), _num(p.get("speedup"), ".2f") + "×",
-                      _num(100 * p["efficiency"] if p.get("efficiency") is not None else None, ".1f") + "%",
-                      _num(100 * p["mfu"] if p.get("mfu") is not None else None, ".1f") + "%",
-                      _config(p["config"]), f"#{p['best_run_id']}")
-    console.print(table)
-    fit = body.get("amdahl")
-    if fit:
+        fit_eff = None
+        if s is not None:
+            rel = p["nodes"] / base
+            fit_eff = 1.0 / (s + (1 - s) / rel) / rel
+        rows.append([str(p["nodes"]), render.number(p["world_size"]), render.number(p["tokens_per_sec_per_gpu"]),
+                     render.number(p["aggregate_tokens_per_sec"]), render.pct(p.get("efficiency")),
+                     render.pct(fit_eff), render.pct(p.get("mfu")), render.config(p["config"]),
+                     f"#{p['best_run_id']}"])
+    render.table(console, cols, rows,
+                 title=f"{render.size(body['model_size_class'])} on {body.get('gpu_type') or 'any GPU'}"
+                       f"{', seq ' + format(body['seq_len'], ',') if body.get('seq_len') else ''}")
+    if s is not None:
         err = fit.get("serial_fraction_stderr")
-        console.print(f"Amdahl: serial fraction {100 * fit['serial_fraction']:.2f}%"
-                      + (f" ± {100 * err:.2f}%" if err is not None else "")
-                      + (f", R² {fit['r2']:.4f}" if fit.get("r2") is not None else "")
-                      + (f"; speedup ≤ {fit['max_speedup']:,.1f}× the {fit['base_nodes']}-node throughput"
+        misses = [abs(100 * (1.0 / (s + (1 - s) / (p["nodes"] / base)) / (p["nodes"] / base) - p["efficiency"]))
+                  for p in body["points"] if p.get("efficiency") is not None]
+        console.print(f"Amdahl: serial fraction {render.pct(s, 2)}"
+                      + (f" ± {render.pct(err, 2)}" if err is not None else "")
+                      + (f"; speedup ≤ {render.number(fit['max_speedup'])}× the {base}-node throughput"
                          if fit.get("max_speedup") else "")
-                      + (f"; efficiency falls below 50% at ~{fit['nodes_at_50pct_efficiency']:,.1f} nodes"
+                      + (f"; efficiency falls below 50% at ~{render.number(fit['nodes_at_50pct_efficiency'])} nodes"
                          if fit.get("nodes_at_50pct_efficiency") else ""))
+        if misses:
+            console.print(f"fit vs measured efficiency: largest miss {max(misses):.1f} percentage points, "
+                          f"mean {sum(misses) / len(misses):.1f} (column Amdahl vs efficiency)")
     else:
         console.print(f"no Amdahl fit: {body.get('amdahl_reason')}")
     for note in body.get("notes") or []:
@@ -164,14 +192,17 @@ def regressions(
                   f"{len(body['flags'])} flagged")
     if not body["flags"]:
         return
-    table = Table(show_lines=True)
-    for col in ("run", "started", body["metric"], "median · MAD (n)", "z · drop", "what"):
-        table.add_column(col, overflow="fold")
+    metric_header = {"tokens_per_sec_per_gpu": "tok/s/GPU", "mfu": "MFU", "tflops_per_gpu": "TFLOP/s"}.get(
+        body["metric"], body["metric"])
+    cols = [Col("run", "right"), Col("started", drop=2), Col(metric_header, "right"),
+            Col("median · MAD (n)", "right", drop=1), Col("z · drop", "right"), Col("what")]
+    rows = []
     for f in body["flags"]:
         c = f["config"]
-        table.add_row(f"#{f['run_id']}", str(f.get("started_at") or "?"), _num(f["value"], ",.4g"),
-                      f"{_num(f['baseline_median'], ',.4g')} · {_num(f['mad'], ',.3g')} ({f['n_history']})",
-                      (_num(f["z"], ".1f") if f["z"] is not None else "MAD=0") + f" · -{_num(f['drop_pct'], '.1f')}%",
-                      f"{c.get('model_name') or '?'} × {c.get('nodes')} nodes {c.get('gpu_type') or ''} "
-                      f"{_config(c)} fp {f['fingerprint']}")
-    console.print(table)
+        rows.append([f"#{f['run_id']}", str(f.get("started_at") or "—")[:19], render.number(f["value"]),
+                     f"{render.number(f['baseline_median'])} · {render.number(f['mad'])} ({f['n_history']})",
+                     (render.number(f["z"], digits=1) if f["z"] is not None else "MAD=0")
+                     + f" · -{render.number(f['drop_pct'], digits=1)}%",
+                     f"{c.get('model_name') or '?'} × {c.get('nodes')} nodes {c.get('gpu_type') or ''} "
+                     f"{render.config(c)} fp {f['fingerprint']}"])
+    render.table(console, cols, rows, lines=True)

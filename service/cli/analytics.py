@@ -1,83 +1,67 @@
-"""`scalebook heatmap` and `scalebook recommend`: readable tables, or JSON with --json."""
+"""`scalebook heatmap` and `scalebook recommend`: readable tables (service/cli/render.py), or JSON with --json."""
 
 from __future__ import annotations
 
 import typer
 from rich.table import Table
 
+from service.cli import render
 from service.cli.base import app, console, fetch
+from service.cli.render import Col
+from service.families import group_cells
 from service.ranking import config_label as _label
 from service.ranking import effective_mfu as _mfu
 
 
 @app.command()
 def heatmap(
-    metric: str = typer.Option("tokens_per_sec_per_gpu", help="tokens_per_sec_per_gpu | mfu"),
+    metric: str = typer.Option("tokens_per_sec_per_gpu", help="rank by tokens_per_sec_per_gpu (default) | mfu"),
     gpu_type: str = typer.Option(None), seq_len: int = typer.Option(None),
     global_batch_tokens: int = typer.Option(None), framework: str = typer.Option(None),
     precision: str = typer.Option(None),
-    model: str = typer.Option(None, "--model", help="only this model size class, e.g. 1.3 or 8B"),
+    model: str = typer.Option(None, "--model", help="only this model family or size, e.g. 7-8B, 1.3 or 8B"),
     max_nodes: int = typer.Option(None, "--max-nodes", help="only node counts up to this"),
-    layout: str = typer.Option("auto", help="grid | list | auto (grid when it fits the terminal)"),
-    as_json: bool = typer.Option(False, "--json", help="print the API's JSON"),
+    exact: bool = typer.Option(False, "--exact-sizes", help="one row per size class instead of per family"),
+    as_json: bool = typer.Option(False, "--json", help="print the API's JSON (per size class, unchanged)"),
 ) -> None:
-    """Best config per model size class (rows, billions) × node count (columns)."""
+    """Best config per model-size family × node count (service/families.py: a fixed log grid;
+    the best run by tokens/s per GPU, then MFU, then the lower id). One row per cell."""
     body = fetch("/heatmap", as_json, metric=metric, gpu_type=gpu_type, seq_len=seq_len,
                          global_batch_tokens=global_batch_tokens, framework=framework, precision=precision)
     if body is None:
         return
     cells = body["cells"]
+    if exact:
+        cells = [{**c, "family": render.size(c["model_size_class"]), "sizes": [c["model_size_class"]]}
+                 for c in cells if c.get("model_size_class") is not None]
+    else:
+        cells = group_cells(cells, metric)
     if model:
-        size = float(model.rstrip("bB"))
-        cells = [c for c in cells if abs(c["model_size_class"] - size) < 1e-9]
+        wanted = model.replace("-", "–").lower()
+        try:
+            size = float(model.rstrip("bB"))
+        except ValueError:
+            size = None
+        cells = [c for c in cells if c["family"].lower() == wanted
+                 or (size is not None and any(abs(s - size) < 1e-9 for s in c["sizes"]))]
     if max_nodes:
         cells = [c for c in cells if c["nodes"] <= max_nodes]
     if not cells:
         console.print("no runs match: import some (`scalebook import …`) or relax the filters")
         return
-    sizes = sorted({c["model_size_class"] for c in cells})
-    nodes = sorted({c["nodes"] for c in cells})
-    grid = {(c["model_size_class"], c["nodes"]): c for c in cells}
-    if layout == "list" or (layout == "auto" and 8 + 24 * len(nodes) > console.width):
-        table = Table(title=f"best {metric} per model size × nodes")
-        for col in ("model", "nodes", "best config", "MFU", "tok/s/GPU", "peak GiB", "ok/OOM/failed", "run"):
-            table.add_column(col)
-        for c in cells:
-            b = c["best"] or {}
-            mfu = _mfu(b) if b else None
-            tps = b.get("tokens_per_sec_per_gpu")
-            table.add_row(f"{c['model_size_class']:g}B", str(c["nodes"]),
-                          _label(b) if b else "[red]no success[/]",
-                          f"{100 * mfu:.1f}%" if mfu is not None else "",
-                          f"{tps:,.0f}" if tps is not None else "",
-                          f"{b['peak_memory_gib']:.1f}" if b.get("peak_memory_gib") is not None else "",
-                          f"{c['n_success']}/{c['n_oom']}/{c['n_failed']}", str(b.get("id", "")))
-        console.print(table)
-        return
-    table = Table(title=f"best {metric} per model size × nodes", show_lines=True)
-    table.add_column("model")
-    for n in nodes:
-        table.add_column(f"{n} node{'s' if n > 1 else ''}")
-    for size in sizes:
-        row = [f"{size:g}B"]
-        for n in nodes:
-            c = grid.get((size, n))
-            if c is None:
-                row.append("")
-            elif c["best"] is None:
-                row.append(f"[red]no success[/]\nOOM {c['n_oom']} · failed {c['n_failed']}")
-            else:
-                b = c["best"]
-                mfu = _mfu(b)
-                tps = b.get("tokens_per_sec_per_gpu")
-                mem = b.get("peak_memory_gib")
-                row.append(f"{_label(b)}\n"
-                           f"{'MFU %.1f%%' % (100 * mfu) if mfu is not None else 'MFU ?'}"
-                           f"{f' · {mem:.1f} GiB' if mem is not None else ''}\n"
-                           f"{f'{round(tps):,} tok/s/GPU' if tps is not None else ''}\n"
-                           f"ok {c['n_success']} · OOM {c['n_oom']} · failed {c['n_failed']}")
-        table.add_row(*row)
-    console.print(table)
+    cols = [Col("model"), Col("nodes", "right"), Col("best config"), Col("tok/s/GPU", "right"),
+            Col("MFU", "right"), Col("size", drop=3), Col("peak mem", "right", drop=2),
+            Col("ok/OOM/fail", "right", drop=1), Col("run", "right", drop=4)]
+    rows = []
+    for c in cells:
+        b = c["best"] or {}
+        rows.append([c["family"], str(c["nodes"]), _label(b) if b else "no success",
+                     render.number(b.get("tokens_per_sec_per_gpu")) if b else "—", render.pct(_mfu(b)) if b else "—",
+                     render.size(b.get("model_size_class")) if b else ", ".join(render.size(s) for s in c["sizes"]),
+                     render.number(b.get("peak_memory_gib"), "GiB", 1) if b else "—",
+                     f"{c['n_success']}/{c['n_oom']}/{c['n_failed']}", f"#{b['id']}" if b else "—"])
+    ranked = "tokens/s per GPU" if metric == "tokens_per_sec_per_gpu" else metric
+    render.table(console, cols, rows, title=f"best run per model family × nodes (ranked by {ranked})")
 
 
 def _short(cfg: dict) -> str:

@@ -5,14 +5,21 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import typer
 from rich.console import Console
 
-app = typer.Typer(help="scalebook: results database for distributed LLM-training benchmark sweeps.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+#: the exit-code rule of every command (also in `scalebook --help`)
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+HELP = ("scalebook: results database for distributed LLM-training benchmark sweeps.\n\n"
+        "Exit codes (every command): 0 = done; 1 = the command could not do its job (the API is unreachable or "
+        "answered an error, an import rejected rows, a check failed); 2 = usage error (unknown option, missing or "
+        "malformed argument).\n\n"
+        "Tables fit the terminal (80 columns when piped; set COLUMNS to change): cells wrap, never cut; columns "
+        "that do not fit are left out and named below the table; --json prints the API's answer unchanged.")
+app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
 err_console = Console(stderr=True)
 
@@ -47,9 +54,9 @@ class Api:
         try:
             resp = self.http.request(method, f"/api/v1{path}", **kwargs)
         except httpx.TransportError as exc:
-            raise typer.BadParameter(
-                f"cannot reach the scalebook API at {self.url} ({exc.__class__.__name__}): start it with "
-                "`scalebook serve` or set SCALEBOOK_API_URL") from exc
+            fail(f"cannot reach the scalebook API at {self.url} ({exc.__class__.__name__}): start it with "
+                 "`scalebook serve` or set SCALEBOOK_API_URL", EXIT_FAILED)
+            raise  # pragma: no cover - fail() always exits
         try:
             body = resp.json()
         except ValueError:
@@ -66,8 +73,8 @@ class Api:
         return self.request("POST", path, json=payload)
 
 
-def fail(message: str, code: int = 1) -> None:
-    """Print an error to stderr and exit with `code`."""
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    """Print an error to stderr and exit with `code` (1: could not do the job; 2: usage error)."""
     err_console.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(code)
 

@@ -101,7 +101,8 @@ def _stop_on_signals() -> Iterator[None]:
 def _dashboard_cmd(port: int, address: str = "127.0.0.1") -> list[str]:
     script = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
     return [sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
-            "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.address", address]
+            "--server.headless", "true", "--browser.gatherUsageStats", "false", "--server.address", address,
+            "--client.toolbarMode", "viewer"]  # no "Deploy" button: the dashboard only views the API's data
 
 
 @app.command()

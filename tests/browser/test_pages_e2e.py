@@ -1,0 +1,142 @@
+"""Every dashboard page in a real headless Chromium, on DuckDB and on PostgreSQL: the live API holds
+the shipped data (the nanotron sweep and the published tables, parsed by the ingest parsers and
+POSTed through the API, as `scalebook up` loads them); a real `streamlit run dashboard/app.py` reads
+it. Each page must finish drawing its content (bench/browser.py ``drawn``) and show what it is for;
+expected values come from the CSV (csv module), not from the code under test. Screenshots land in
+test-output/pages-<backend>-<page>.png.
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import post_records
+
+from bench import browser as bb
+
+pytestmark = [pytest.mark.browser]
+
+REPO = Path(__file__).resolve().parents[2]
+OUTPUT = REPO / "test-output"
+
+
+def csv_rows(data_dir) -> list[dict]:
+    with open(data_dir / "nanotron" / "bench_sample.csv", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def best_label(data_dir, nodes: int) -> tuple[str, str]:
+    """(parallel dims, rest) of the successful nanotron row with the highest tok/s/gpu at ``nodes``."""
+    ok = [r for r in csv_rows(data_dir) if r["status"] == "Success" and int(float(r["nodes"])) == nodes]
+    best = max(ok, key=lambda r: float(r["tok/s/gpu"]))
+    return (f"DP{best['dp']} TP{best['tp']} PP{best['pp']}",
+            f"GAS{int(float(best['batch_accum']))} Z{best['zero_stage']} MBS{best['mbs']}")
+
+
+@pytest.fixture
+def site(live_api, data_dir, tmp_path):
+    """The dashboard URL over a live API loaded with the shipped data."""
+    if not bb.available():
+        pytest.skip("headless Chromium is not installed: run scripts/install_browser.sh")
+    from ingest.parsers import nanotron, table
+
+    records = list(nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+    for path in sorted((data_dir / "published").glob("*.csv")):
+        records += table.parse_file(path).records
+    with httpx.Client(base_url=live_api, timeout=120) as client:
+        stored, _ = post_records(client, records)
+    assert stored > 312
+    proc = bb.start_dashboard(live_api, bb.free_port(), tmp_path / "streamlit.log")
+    port = proc.args[proc.args.index("--server.port") + 1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        bb.stop(proc)
+
+
+@pytest.fixture
+def chrome(tmp_path):
+    if not bb.available():
+        pytest.skip("headless Chromium is not installed: run scripts/install_browser.sh")
+    driver = bb.chromium(tmp_path / "profile", height=1800)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def body_text(driver) -> str:
+    from selenium.webdriver.common.by import By
+
+    return driver.find_element(By.TAG_NAME, "body").text
+
+
+def shot(driver, backend: str, page: str) -> None:
+    OUTPUT.mkdir(exist_ok=True)
+    time.sleep(0.5)
+    driver.save_screenshot(str(OUTPUT / f"pages-{backend}-{page or 'heatmap'}.png"))
+
+
+def chart_lines(driver) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [t.text for t in driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot svg text tspan")] + \
+        [t.text for t in driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot svg text") if t.text]
+
+
+def test_every_page_draws_its_content(site, chrome, data_dir, backend):
+    from selenium.webdriver.common.by import By
+
+    # landing: the comparable slice is named, families are rows, the cells carry their configurations
+    bb.visit(chrome, site, "", timeout_s=120)
+    text = body_text(chrome)
+    assert "most-recorded comparable slice: H100-SXM-80GB, sequence length 4,096" in text
+    dims, rest = best_label(data_dir, 1)
+    lines = chart_lines(chrome)
+    assert dims in lines and rest in lines and "1–2B" in lines and "7–8B" in lines
+    assert "Deploy" not in text and "Traceback" not in text
+    shot(chrome, backend, "")
+
+    # a shared link restores the metric, the slice and the selected cell
+    chrome.get(f"{site}/?hm_metric=MFU&hm_fw=nanotron&hm_cell=1%E2%80%932B+%C3%97+2+nodes")
+    bb.wait_drawn(chrome, "run(s) in 1–2B × 2 nodes", ".js-plotly-plot", timeout_s=120)
+    assert chrome.find_elements(By.CSS_SELECTOR, "input[type=radio]")[1].is_selected()  # MFU
+
+    bb.visit(chrome, site, "explore", timeout_s=120)
+    text = body_text(chrome)
+    assert "runs · success" in text and "Selected runs" in text
+    assert chrome.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .scatterlayer, .js-plotly-plot canvas")
+    shot(chrome, backend, "explore")
+
+    bb.visit(chrome, site, "runs", timeout_s=120)
+    text = body_text(chrome)
+    assert "runs match" in text and "field(s) differ" in text and "None" not in text
+    shot(chrome, backend, "runs")
+
+    bb.visit(chrome, site, "scaling", timeout_s=120)
+    bb.wait_drawn(chrome, "GPUs (", ".js-plotly-plot", timeout_s=120)  # the planner's answer for its defaults
+    text = body_text(chrome)
+    assert "How well the curve fits:" in text and "percentage points" in text
+    shot(chrome, backend, "scaling")
+
+    bb.visit(chrome, site, "failures", timeout_s=120)
+    assert "Error classes by node count" in body_text(chrome)
+    shot(chrome, backend, "failures")
+
+    bb.visit(chrome, site, "sql", timeout_s=120)
+    assert "ms round trip" in body_text(chrome)
+    shot(chrome, backend, "sql")
+
+    # "What worked?" (its answer is the model's work): it must draw a recommendation for the default target
+    bb.visit(chrome, site, "what_worked", timeout_s=120)
+    buttons = [b for b in chrome.find_elements(By.TAG_NAME, "button") if b.text.strip() == "What worked?"]
+    if buttons:
+        buttons[0].click()
+    bb.wait_drawn(chrome, "What worked?", None, timeout_s=120,
+                  extra=lambda d: " TP" in body_text(d) and "PP" in body_text(d) and "DP" in body_text(d))
+    assert "Traceback" not in body_text(chrome)
+    shot(chrome, backend, "what_worked")
