@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ingest.classify import classify_line
+from ingest.classify import classify_line  # noqa: E402 -- needs the sys.path insert above
 
 
 def _commit() -> str:

@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import browser
+from bench import browser  # noqa: E402 -- needs the sys.path insert above
 
 try:  # the bench generator moves from service/ to bench/ (storage work); either place works
     from bench.benchtool import Server, _create_database, generate_runs, ingest_batches  # type: ignore
@@ -53,7 +53,8 @@ TIMEOUT_S = 120
 
 def commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False)
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                             check=False)
         dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True,
                                check=False).stdout
         return out.stdout.strip() + ("+dirty" if dirty.strip() else "")

@@ -84,7 +84,8 @@ def sql_cases(backend: str) -> list[str]:
         "SELECT * INTO stolen FROM runs", "WITH x AS (DELETE FROM runs RETURNING *) SELECT * FROM x",
         "SELECT 1; DELETE FROM runs", "SELECT * FROM public.api_tokens", "SELECT * FROM main.api_tokens",
         'SELECT * FROM "api_tokens"', "SELECT * FROM runs, LATERAL (SELECT * FROM api_tokens) t",
-        "SELECT (SELECT token_hash FROM api_tokens LIMIT 1)", "SELECT * FROM runs WHERE id IN (SELECT id FROM api_tokens)",
+        "SELECT (SELECT token_hash FROM api_tokens LIMIT 1)",
+        "SELECT * FROM runs WHERE id IN (SELECT id FROM api_tokens)",
         "SELECT 'a\\' , (SELECT token_hash FROM api_tokens) --'", "EXPLAIN ANALYZE DELETE FROM runs",
         "SELECT txid_current()", "SELECT * FROM enable_profiling()", "SELECT checkpoint()",
         # huge answers and CPU / memory bombs
@@ -134,19 +135,20 @@ def input_cases() -> list[tuple[str, str, str, bytes, dict[str, Any], tuple[int,
         for field in ("tokens_per_sec_per_gpu", "mfu", "peak_memory_gib", "step_time_s", "nodes"):
             cases.append((f"{field}={lit}", "POST", "/api/v1/runs", (run % (field, f'"{field}": {lit}')).encode(), j,
                           (422,)))
-        cases.append((f"extra {lit}", "POST", "/api/v1/runs", (run % ("x", f'"extra": {{"a": [{{"b": {lit}}}]}}')).encode(),
-                      j, (422,)))
+        cases.append((f"extra {lit}", "POST", "/api/v1/runs",
+                      (run % ("x", f'"extra": {{"a": [{{"b": {lit}}}]}}')).encode(), j, (422,)))
+        bad_item = run % ("y", f'"extra": {{"l": {lit}}}')
         cases.append((f"batch extra {lit}", "POST", "/api/v1/runs",
-                      ('{"runs": [{"run_key": "ok-%s", "nodes": 1}, %s]}' % (lit, run % ("y", f'"extra": {{"l": {lit}}}')))
-                      .encode(), j, (422,)))
+                      f'{{"runs": [{{"run_key": "ok-{lit}", "nodes": 1}}, {bad_item}]}}'.encode(), j, (422,)))
         cases.append((f"memory extra {lit}", "POST", "/api/v1/memory",
-                      ('{"model_params": 8000000000, "seq_len": 4096, "extra": {"x": %s}}' % lit).encode(), j, (422,)))
-    for field, value in [("status", '"exploded"'), ("recompute", '"some"'), ("error_class", '"x"'), ("nodes", '"eight"'),
-                         ("nodes", "-1"), ("nodes", "99999999999"), ("zero_stage", "4"), ("mfu", "1.5"),
-                         ("nodes", "[8]"), ("model_params", "1e30"), ("started_at", '"10000-01-01"'), ("unknown_field", "1"),
+                      f'{{"model_params": 8000000000, "seq_len": 4096, "extra": {{"x": {lit}}}}}'.encode(), j, (422,)))
+    for field, value in [("status", '"exploded"'), ("recompute", '"some"'), ("error_class", '"x"'),
+                         ("nodes", '"eight"'), ("nodes", "-1"), ("nodes", "99999999999"), ("zero_stage", "4"),
+                         ("mfu", "1.5"), ("nodes", "[8]"), ("model_params", "1e30"),
+                         ("started_at", '"10000-01-01"'), ("unknown_field", "1"),
                          ("run_key", '""'), ("extra", "[1]"), ("name", '"' + "x" * 3000 + '"')]:
-        cases.append((f"{field}={value[:20]}", "POST", "/api/v1/runs", (run % (field, f'"{field}": {value}')).encode(), j,
-                      (422,)))
+        cases.append((f"{field}={value[:20]}", "POST", "/api/v1/runs",
+                      (run % (field, f'"{field}": {value}')).encode(), j, (422,)))
     body = json.dumps({"run_key": "ct", "nodes": 1}).encode()
     for ct in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "text/html"):
         cases.append((f"Content-Type {ct}", "POST", "/api/v1/runs", body, {"Content-Type": ct}, (415,)))
@@ -158,14 +160,15 @@ def input_cases() -> list[tuple[str, str, str, bytes, dict[str, Any], tuple[int,
                       (403,)))
     cases.append(("20 MB body", "POST", "/api/v1/runs", b'{"runs": [' + b" " * 20_000_000 + b"]}", j, (413,)))
     cases.append(("1001-run batch", "POST", "/api/v1/runs",
-                  json.dumps({"runs": [{"run_key": f"b{i}", "nodes": 1} for i in range(1001)]}).encode(), j, (413, 422)))
+                  json.dumps({"runs": [{"run_key": f"b{i}", "nodes": 1} for i in range(1001)]}).encode(), j,
+                  (413, 422)))
     cases.append(("not JSON", "POST", "/api/v1/runs", b"{nope", j, (400, 422)))
     mem = {"num_layers": 32, "hidden_size": 4096, "num_heads": 32, "vocab_size": 128256, "seq_len": 4096}
     for field, value in [("pp", 1_000_000), ("pp", 64), ("tp", 64), ("cp", 10**6), ("dp", 10**9), ("ep", 10**6),
                          ("num_layers", 10**9), ("micro_batch_size", 10**12), ("grad_accum_steps", 10**12),
                          ("seq_len", 10**12), ("hidden_size", 10**9), ("vocab_size", 10**12)]:
-        cases.append((f"memory {field}={value}", "POST", "/api/v1/memory", json.dumps({**mem, field: value}).encode(), j,
-                      (422,)))
+        cases.append((f"memory {field}={value}", "POST", "/api/v1/memory",
+                      json.dumps({**mem, field: value}).encode(), j, (422,)))
     for query in ("model_params=8B&nodes=1000000", "model_params=8B&nodes=100000&gpus_per_node=1024",
                   "model_params=8B&nodes=8&num_layers=1000000000", "model_params=8B&nodes=8&seq_len=100000000000",
                   "model_params=8B&nodes=8&k=100000", "model_params=1e40&nodes=8", "model_params=8B&nodes=0"):
@@ -296,7 +299,8 @@ def probe(backend: str, pg_admin: str) -> dict[str, list[tuple[str, bool, str]]]
             results["sql"].append((query[:100], held, f"HTTP {r.status_code} in {took:.1f}s{' LEAK' if leak else ''}"
                                                       f" {r.text[:120]!r}"))
 
-        creds = {"none": {}, "malformed": {"Authorization": "Bearer \xa0".encode("latin-1")}, "unknown": {"Authorization": "Bearer sb_x"},
+        creds = {"none": {}, "malformed": {"Authorization": "Bearer \xa0".encode("latin-1")},
+                 "unknown": {"Authorization": "Bearer sb_x"},
                  "revoked": srv.auth("revoked"), "read": srv.auth("read"), "write": srv.auth("write"),
                  "admin": srv.auth("admin")}
         for method, path, body, scope in ENDPOINTS:
@@ -337,8 +341,8 @@ def probe(backend: str, pg_admin: str) -> dict[str, list[tuple[str, bool, str]]]
         admins = [t for t in http.get("/api/v1/tokens", headers=srv.auth("admin")).json()["tokens"]
                   if t["scope"] == "admin" and t["revoked_at"] is None]
         r = http.delete(f"/api/v1/tokens/{admins[0]['id']}", headers=srv.auth("admin"))
-        results["auth"].append(("revoke the last admin token of a public server", r.status_code == 409 and len(admins) == 1,
-                                f"HTTP {r.status_code}"))
+        results["auth"].append(("revoke the last admin token of a public server",
+                                r.status_code == 409 and len(admins) == 1, f"HTTP {r.status_code}"))
         results["auth"].append(("anonymous request to the public server", http.get("/api/v1/runs").status_code == 401,
                                 ""))
         results["auth"].append(("anonymous token creation", http.post("/api/v1/tokens", json={"scope": "admin"})
@@ -364,7 +368,8 @@ def main() -> int:
     parser.add_argument("--backend", choices=["duckdb", "postgresql", "both"], default="both")
     parser.add_argument("--pg-admin-url", default=PG_ADMIN)
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=REPO).stdout.strip()
     backends = ["duckdb", "postgresql"] if args.backend == "both" else [args.backend]
     total_broke = 0
     print(f"probe at commit {commit}")

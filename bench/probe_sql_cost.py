@@ -81,8 +81,10 @@ def main() -> None:
             print(f"  {'query':<28} {'sandbox':>9} {'direct':>9}")
             for name, query in QUERIES.items():
                 checked = user_sql.check_query(query, "duckdb")
-                sandbox = timed(lambda q=query: user_sql.run_query(db, q, timeout_s=120, max_rows=10_000), args.repeat)
-                plain = timed(lambda q=checked: direct(db, q), args.repeat)
+                sandbox = timed(
+                    lambda q=query, db=db: user_sql.run_query(db, q, timeout_s=120, max_rows=10_000), args.repeat
+                )
+                plain = timed(lambda q=checked, db=db: direct(db, q), args.repeat)
                 print(f"  {name:<28} {sandbox:>9.1f} {plain:>9.1f}")
             db.dispose()
 

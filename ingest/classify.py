@@ -31,13 +31,15 @@ rule that matches; the order *is* the precedence, most specific first:
 7. ``rendezvous_failure`` (DistNetworkError, DistStoreError, Rendezvous*Error, c10d store and
    socket failures, including the TCPStore client's warning-level ``[c10d] recvValue failed on
    SocketImpl(...): Connection reset by peer`` -- the store is gone; its "retrying" lines and a
-   ``sendBytes failed ... Broken pipe`` at teardown are not failures): before the NCCL/network rules because store errors quote socket errors
+   ``sendBytes failed ... Broken pipe`` at teardown are not failures): before the NCCL/network rules
+   because store errors quote socket errors
    ("DistNetworkError: Connection reset by peer" is a rendezvous failure);
 8. NCCL result codes -- the code a wrapper line names wins over the "Last error" detail quoted in
    the same line; NCCL's proxy thread reports the code as a number (``[Proxy Service 9] Failed
    to execute operation Connect from rank 9, retcode 6``, ``Error encountered progressing
    operation=Connect, res=2``), read with ``ncclResult_t`` (``src/nccl.h.in``: 1 unhandled CUDA
-   error, 2 system error, 3 internal error, 4 invalid argument, 5 invalid usage, 6 remote error); ``nccl_remote_error`` (ncclRemoteError / "remote process exited or there was a
+   error, 2 system error, 3 internal error, 4 invalid argument, 5 invalid usage, 6 remote error);
+   ``nccl_remote_error`` (ncclRemoteError / "remote process exited or there was a
    network error"), ``nccl_system_error``, ``nccl_unhandled_cuda_error``,
    ``nccl_invalid_usage_or_internal``;
 9. ``collective_timeout`` (watchdog / "Timeout at NCCL work" / heartbeat / gloo timeouts; following

@@ -139,7 +139,8 @@ LINKS: dict[str, tuple[float, float, str]] = {
     "B200": (900.0, 50.0, "NVLink 5 1.8 TB/s bidirectional; 8x ConnectX-7 400 Gb/s (DGX B200 datasheet)"),
     "H200-SXM-141GB": (450.0, 50.0, "NVLink 4 900 GB/s bidirectional; 400 Gb/s NIC per GPU (H200 datasheet, HGX H200)"),
     "H100-PCIe-80GB": (64.0, 25.0, "PCIe Gen5 x16 128 GB/s bidirectional (H100 PCIe datasheet); 200 Gb/s NIC assumed"),
-    "H100-NVL-94GB": (300.0, 50.0, "NVLink bridge 600 GB/s bidirectional between pairs (H100 NVL datasheet); 400 Gb/s NIC"),
+    "H100-NVL-94GB": (300.0, 50.0,
+                      "NVLink bridge 600 GB/s bidirectional between pairs (H100 NVL datasheet); 400 Gb/s NIC"),
     "H100-SXM-96GB-HBM2e": (450.0, 50.0, "as H100 SXM: NVLink 4 900 GB/s bidirectional; 400 Gb/s NIC per GPU"),
     "H100-SXM-80GB": (450.0, 50.0, "NVLink 4 900 GB/s bidirectional (H100 datasheet); 8x ConnectX-7 400 Gb/s "
                       "per DGX H100 (DGX H100 user guide)"),

@@ -143,7 +143,9 @@ class RunOut(RunIn):
     mfu_method: str | None = None
     peak_tflops: float | None = Field(default=None, description="catalog dense peak used for mfu_derived, TFLOP/s")
     fingerprint: str | None = None
-    retired_at: UtcDatetime | None = Field(default=None, description="set when the run was retired (left out of analytics)")
+    retired_at: UtcDatetime | None = Field(
+        default=None, description="set when the run was retired (left out of analytics)"
+    )
     retired_reason: str | None = None
     mfu: float | None = None  # stored as reported; bounds are checked on input only
     hfu: float | None = None

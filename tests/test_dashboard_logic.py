@@ -119,7 +119,8 @@ def test_grid_and_cell_text_match_the_csv(cells, data_dir):
     assert grid.rows == ["1–2B"] and grid.nodes == [1, 2, 4]
     for nodes in grid.nodes:
         cell = grid.cell("1–2B", nodes)
-        assert hm.cell_lines(cell, "mfu") == playbook_lines(csv_best(data_dir, nodes), "mfu")  # MFU derived ∝ tok/s here
+        # MFU derived ∝ tok/s here
+        assert hm.cell_lines(cell, "mfu") == playbook_lines(csv_best(data_dir, nodes), "mfu")
     assert hm.cell_text(grid.cell("1–2B", 1), "mfu").startswith("DP8 TP1 PP1\nGAS16 Z0 MBS2\nMFU 39.2%\n")
     # colour values: MFU in percent on the fixed scale, whatever the ranking metric
     values = grid.values()
@@ -261,7 +262,8 @@ def test_candidates_rows_on_a_real_answer(api, data_dir):
     first = body["candidates"][0]
     cfg = first["config"]
     assert rows.iloc[0]["config"].startswith(f"DP{cfg['dp']} TP{cfg['tp']} PP{cfg['pp']}")
-    assert rows.iloc[0]["predicted_tokens_per_sec_per_gpu"] == pytest.approx(first["predicted"]["tokens_per_sec_per_gpu"])
+    assert rows.iloc[0]["predicted_tokens_per_sec_per_gpu"] == pytest.approx(
+        first["predicted"]["tokens_per_sec_per_gpu"])
     assert rows["evidence"].iloc[0].startswith(f"#{first['evidence'][0]['run_id']} ")
     assert "fitted on" in rec.model_text(body["model"])
     assert rec.target_text(body["target"]).startswith("1.3B on 2 node(s) × 8 GPUs (16) of H100-SXM-80GB, seq 4096")

@@ -126,7 +126,8 @@ def test_recommend_exact_cell_shows_measured_beside_the_prediction(nanotron_clie
         cfg = c["config"]
         real = max(float(r["tok/s/gpu"]) for r in rows if (int(r["dp"]), int(r["tp"]), int(r["pp"]),
                    int(r["zero_stage"]), int(r["mbs"]), int(float(r["batch_accum"]))) == (
-                   cfg["dp"], cfg["tp"], cfg["pp"], cfg["zero_stage"], cfg["micro_batch_size"], cfg["grad_accum_steps"]))
+                   cfg["dp"], cfg["tp"], cfg["pp"], cfg["zero_stage"], cfg["micro_batch_size"],
+                   cfg["grad_accum_steps"]))
         assert c["measured"]["tokens_per_sec_per_gpu"] == pytest.approx(real)
         lo, hi = c["predicted"]["interval"]
         assert lo < c["predicted"]["tokens_per_sec_per_gpu"] < hi
@@ -243,7 +244,8 @@ def test_suggest_is_valid_new_and_moves_after_a_result(nanotron_client, data_dir
     for s in sugg:
         c = s["config"]
         assert _world_and_batch_ok(c, 32, 1_048_576, 4096)
-        assert (c["dp"], c["tp"], c["pp"], c["zero_stage"], c["micro_batch_size"], c["grad_accum_steps"]) not in recorded
+        assert (c["dp"], c["tp"], c["pp"], c["zero_stage"], c["micro_batch_size"],
+                c["grad_accum_steps"]) not in recorded
         assert s["predicted"]["peak_memory_gib"] < 80 and s["expected_improvement"] >= 0 and s["why"]
     eis = [s["expected_improvement"] for s in sugg]
     assert eis == sorted(eis, reverse=True)

@@ -133,6 +133,7 @@ def test_log_facts(text, want):
 
 
 def test_conflicting_facts_are_left_out():
-    fields, extra, _ = log_facts("WORLD_SIZE=16\nmpirun -np 32 python x.py\nNVIDIA H100 80GB HBM3\nNVIDIA A100-SXM4-80GB")
+    fields, extra, _ = log_facts("WORLD_SIZE=16\nmpirun -np 32 python x.py\n"
+                                 "NVIDIA H100 80GB HBM3\nNVIDIA A100-SXM4-80GB")
     assert "world_size" not in fields and extra["conflicting_facts"]["world_size"] == [16, 32]
     assert "gpu_type" not in fields and len(extra["gpu_types_seen"]) == 2

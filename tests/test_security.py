@@ -197,8 +197,8 @@ def test_public_server_keeps_its_last_admin_token_and_never_reopens(database):
     ('{"big": 1e309}', "extra.big"), ('{"neg": -Infinity}', "extra.neg"),
 ])
 def test_non_finite_numbers_in_extra_are_422_naming_the_path(client, database, extra, path):
-    single = '{"run_key": "nan-1", "nodes": 1, "extra": %s}' % extra
-    batch = '{"runs": [{"run_key": "ok-1", "nodes": 1}, %s]}' % single
+    single = f'{{"run_key": "nan-1", "nodes": 1, "extra": {extra}}}'
+    batch = f'{{"runs": [{{"run_key": "ok-1", "nodes": 1}}, {single}]}}'
     for body in (single, batch):
         r = client.post("/api/v1/runs", content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 422, r.text
@@ -210,7 +210,7 @@ def test_non_finite_numbers_in_extra_are_422_naming_the_path(client, database, e
 @pytest.mark.parametrize("field", ["tokens_per_sec_per_gpu", "mfu", "peak_memory_gib", "step_time_s"])
 def test_non_finite_numbers_in_fields_are_422(client, database, field):
     for literal in ("NaN", "Infinity", "1e309"):
-        body = '{"run_key": "nan-2", "nodes": 1, "%s": %s}' % (field, literal)
+        body = f'{{"run_key": "nan-2", "nodes": 1, "{field}": {literal}}}'
         r = client.post("/api/v1/runs", content=body, headers={"Content-Type": "application/json"})
         assert r.status_code == 422, r.text
         assert field in r.text

@@ -136,7 +136,8 @@ def next_runs(query: dict[str, Any]) -> None:
                    + (f"{best['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU (run #{best['id']})" if best else "none yet")
                    + ". Never a configuration already recorded here, never one predicted or recorded to OOM.")
         st.dataframe(rec.suggestion_rows(body.get("suggestions") or []), hide_index=True, key=None, column_config={
-            "predicted_tokens_per_sec_per_gpu": st.column_config.NumberColumn("predicted tok/s/GPU", format="localized"),
+            "predicted_tokens_per_sec_per_gpu": st.column_config.NumberColumn("predicted tok/s/GPU",
+                                                                              format="localized"),
             "expected_improvement": st.column_config.NumberColumn("expected improvement", format="percent"),
             "predicted_peak_memory_gib": st.column_config.NumberColumn("predicted GiB", format="%.1f"),
         })

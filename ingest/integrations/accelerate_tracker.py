@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import accelerate  # type: ignore[import-untyped]
-from accelerate.tracking import GeneralTracker  # type: ignore[import-untyped]
+import accelerate
+from accelerate.tracking import GeneralTracker
 
 from ingest.integrations.common import (
     TrainingRun,
@@ -101,7 +101,7 @@ class ScalebookTracker(GeneralTracker):
             launcher["precision"] = dtype_precision(self._model)
         if self._model is None:  # a watched model's forwards per step are measured instead
             try:
-                from accelerate.state import GradientState  # type: ignore[import-untyped]
+                from accelerate.state import GradientState
 
                 if GradientState._shared_state:
                     launcher["grad_accum_steps"] = GradientState().num_steps

@@ -183,7 +183,7 @@ def accelerate_fields() -> dict[str, Any]:
     nothing), grad accumulation and micro-batch from a DeepSpeed config with plain integers.
     Empty when accelerate is missing or its state was never initialised."""
     try:
-        from accelerate.state import AcceleratorState, PartialState  # type: ignore[import-untyped]
+        from accelerate.state import AcceleratorState, PartialState
     except ImportError:
         return {}
     if not AcceleratorState._shared_state or not PartialState._shared_state:

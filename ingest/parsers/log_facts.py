@@ -92,7 +92,8 @@ def log_facts(text: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
             f.put("nodes", {1}, derived=True)  # torchtitan's run_train.sh: single-node torchrun
     world = _ints(r"(?<![\w$])WORLD_SIZE[=:]\s*(\d+)\b", text)
     mpi = _ints(r"\b(?:mpirun|mpiexec|aprun)\b[^\n]*?\s(?:--?np|-n)[ \t=]+(\d+)\b", text)
-    ppn = _ints(r"\b(?:mpirun|mpiexec)\b[^\n]*?\s(?:-ppn|--ppn|-npernode|--npernode|--map-by ppr:)[ \t=:]*(\d+)\b", text)
+    ppn = _ints(r"\b(?:mpirun|mpiexec)\b[^\n]*?\s(?:-ppn|--ppn|-npernode|--npernode|--map-by ppr:)"
+                r"[ \t=:]*(\d+)\b", text)
     f.put("world_size", world | mpi)
     if ppn:
         f.put("gpus_per_node", ppn)

@@ -80,7 +80,9 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
         peak = hardware.peak_tflops(answer["target"]["gpu_type"], precision) or 0.0
         if not peak:
             break
-        need = math.ceil(6.0 * n_params * n_tokens / (peak * 1e12 * mfu * days * SECONDS_PER_DAY) / gpus_per_node - 1e-9)
+        need = math.ceil(
+            6.0 * n_params * n_tokens / (peak * 1e12 * mfu * days * SECONDS_PER_DAY) / gpus_per_node - 1e-9
+        )
         if max(1, need) == nodes:
             break
         nodes = max(1, need)
@@ -154,6 +156,8 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
                              [{"field": "gpu_type", "value": gpu_type, "message": "needed for the peak"}])
         peak_tflops = hardware.peak_tflops(acc.name, precision)
         peak_source = f"catalog: {acc.name} {hardware.canonical_precision(precision) or 'bf16'} dense ({acc.source})"
+        # every catalog entry lists a bf16 peak, the fallback for any precision
+        assert peak_tflops is not None
 
     seconds = days * SECONDS_PER_DAY
     total_flops = 6.0 * n_params * n_tokens
@@ -171,6 +175,7 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         "efficiency": None, "notes": notes,
     }
     if mfu_run is None:
+        assert size_class is not None  # parse_model_params returns a positive parameter count
         result["efficiency"] = _efficiency(session, None, size_class, canonical_gpu, nodes, gpus_exact,
                                            gpus_per_node, notes)
     else:
@@ -193,9 +198,12 @@ def _efficiency(session: Session, mfu_run: dict | None, size_class: float, gpu: 
         notes.append(f"no scaling fit for {fit_class:g}B{' on ' + fit_gpu if fit_gpu else ''} (needs successful "
                      "runs at two or more node counts): efficiency loss at this scale not estimated")
         return None
+    assert curve is not None  # fit came from it
     eff_target = sc.predicted_efficiency(fit, nodes)
     ref_nodes = (mfu_run or {}).get("nodes") or fit["base_nodes"]
     eff_ref = sc.predicted_efficiency(fit, ref_nodes)
+    # scaling()'s Amdahl fit always carries a serial_fraction, so both efficiencies are numbers
+    assert eff_target is not None and eff_ref is not None
     measured_max = max(p["nodes"] for p in curve["points"])
     if nodes > 4 * measured_max:
         notes.append(f"{nodes} nodes is far beyond the measured {measured_max}: the efficiency is an Amdahl "

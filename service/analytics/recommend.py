@@ -268,7 +268,8 @@ def _evidence(cfg: dict[str, Any], ctx: dict[str, Any], rows: list[dict[str, Any
 
 def _exact(cfg: dict[str, Any], ctx: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     for r in rows:
-        if (r["model_size_class"] == ctx["size_class"] and r["nodes"] == ctx["nodes"] and r["gpu_type"] == ctx["gpu_type"]
+        if (r["model_size_class"] == ctx["size_class"] and r["nodes"] == ctx["nodes"]
+                and r["gpu_type"] == ctx["gpu_type"]
                 and r["seq_len"] == ctx["seq_len"] and r["gpus_per_node"] in (None, ctx["gpus_per_node"])
                 and all(_value(r, f) == cfg[f] for f in CONFIG_FIELDS)):
             return r
@@ -392,7 +393,9 @@ def empty_answer(target: Target, reason: str) -> dict[str, Any]:
             "counts": {"layouts": 0, "memory_rejected": 0, "oom_rejected": 0}}
 
 
-def recommend(session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu") -> dict[str, Any]:
+def recommend(
+    session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu"
+) -> dict[str, Any]:
     """Up to k candidates for the target, best first (module docstring).
 
     Returns {"target": the completed target, "model": the throughput fit used (status, fitted-on

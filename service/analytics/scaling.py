@@ -155,7 +155,8 @@ def scaling(session: Session, size_class: float, *, gpu_type: str | None = None,
                          [{"field": "metric", "value": metric, "message": "unknown metric"}])
     value = metric_expr(metric)
     notes: list[str] = []
-    conds = [Run.status == "success", Run.retired_at.is_(None), Run.model_size_class == size_class, Run.nodes.is_not(None), value.is_not(None)]
+    conds = [Run.status == "success", Run.retired_at.is_(None), Run.model_size_class == size_class,
+             Run.nodes.is_not(None), value.is_not(None)]
     if gpu_type:
         gpu_type = hardware.canonical_gpu_type(gpu_type) or gpu_type
     gpu_type = _pin(session, Run.gpu_type, gpu_type, conds, notes, "GPU types")

@@ -385,11 +385,14 @@ def _run_postgres(db: Database, sql: str, timeout_s: float, max_rows: int, max_b
                 cur.execute(f"SET LOCAL work_mem = {work_mem_kb}")
                 # whatever URL is configured, user SQL never runs as a role that can see more than runs
                 cur.execute("SELECT current_user, r.rolsuper OR r.rolcreaterole OR r.rolbypassrls, "
-                            "has_table_privilege('api_tokens', 'SELECT') FROM pg_roles r WHERE r.rolname = current_user")
+                            "has_table_privilege('api_tokens', 'SELECT') FROM pg_roles r "
+                            "WHERE r.rolname = current_user")
                 user, powerful, sees_tokens = cur.fetchone()
                 if (user != READER_ROLE and not configured_url) or powerful or sees_tokens:
-                    raise SqlUnavailable(_ROLE_HELP, [{"field": "role", "value": user,
-                                                       "message": "user SQL must run as a role that may read runs only"}])
+                    raise SqlUnavailable(_ROLE_HELP, [{
+                        "field": "role", "value": user,
+                        "message": "user SQL must run as a role that may read runs only",
+                    }])
             try:
                 with raw.cursor(name="scalebook_user_sql") as cur:
                     cur.execute(sql)

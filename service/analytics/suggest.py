@@ -13,7 +13,8 @@ Expensive Black-Box Functions", J. Global Optim. 13, eq. 15), on log tokens/s/GP
 target (none recorded: the best prediction among the candidates, so EI then prefers confident
 high predictions), σ the prediction's uncertainty: the fit's robust held-out log error (1.4826 × the median
 |leave-one-out log residual|, the MAD estimate of a normal σ), widened by the distance to the
-nearest recorded run of the same layout (× (1 + distance / MAX_WIDEN), at most doubled). A configuration the model is unsure about can therefore
+nearest recorded run of the same layout (× (1 + distance / MAX_WIDEN), at most doubled). A configuration
+the model is unsure about can therefore
 be worth a run even if its point prediction is below the best.
 """
 

@@ -57,10 +57,10 @@ PARAMS = ("e_max", "k_mb", "k_h", "a_tp", "alpha_tp", "a_dp", "a_zero", "a_bubbl
 #: nanotron, runs after the pipeline fix), rounded; used when a group has too few configurations
 PRIOR = {"e_max": 0.58, "k_mb": 1.0, "k_h": 130.0, "a_tp": 0.74, "alpha_tp": 1.3e-4, "a_dp": 1.1, "a_zero": 0.01,
          "a_bubble": 2.3, "c_launch": 2.6e-3}
-_LOWER = {"e_max": 0.05, "k_mb": 0.0, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "a_dp": 0.0, "a_zero": 0.0, "a_bubble": 0.3,
-          "c_launch": 0.0}
-_UPPER = {"e_max": 1.0, "k_mb": 2e4, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "a_dp": 3.0, "a_zero": 3.0, "a_bubble": 4.0,
-          "c_launch": 0.05}
+_LOWER = {"e_max": 0.05, "k_mb": 0.0, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "a_dp": 0.0, "a_zero": 0.0,
+          "a_bubble": 0.3, "c_launch": 0.0}
+_UPPER = {"e_max": 1.0, "k_mb": 2e4, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "a_dp": 3.0, "a_zero": 3.0,
+          "a_bubble": 4.0, "c_launch": 0.05}
 A_CP = 0.3
 MIN_CONFIGS = 8
 #: robust (Cauchy) loss of the fit on log(tokens/s), scale 10 %: residuals far beyond it barely count, so a few

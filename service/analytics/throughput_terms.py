@@ -174,7 +174,8 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
                  mb_tokens=mbs * seq / cp, h_shard=model.h / tp, micro_batches=int(gas),
                  layers_local=layers_local, pp=pp, tp_bytes=tp_bytes, tp_bw=tp_bw,
                  tp_collectives=tp_collectives, dp_bytes=dp_bytes,
-                 dp_bw=dp_bw, zero_gather_bytes=zero_gather, cp_bytes=cp_bytes, cp_bw=cp_bw, pp_bytes=pp_bytes, pp_bw=pp_bw,
+                 dp_bw=dp_bw, zero_gather_bytes=zero_gather, cp_bytes=cp_bytes, cp_bw=cp_bw,
+                 pp_bytes=pp_bytes, pp_bw=pp_bw,
                  tokens_per_gpu=tokens_per_gpu, dp_bw_source=source)
 
 

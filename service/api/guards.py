@@ -46,7 +46,8 @@ class RequestGuard:
         origin = headers.get(b"origin")
         if origin is not None and not self._origin_ok(origin, scope, headers.get(b"host", "")):
             await _refuse(send, 403, "forbidden",
-                          f"cross-origin request from {origin!r} refused: list it in SCALEBOOK_CORS_ORIGINS to allow it",
+                          f"cross-origin request from {origin!r} refused: "
+                          "list it in SCALEBOOK_CORS_ORIGINS to allow it",
                           "Origin", origin)
             return
         method = scope.get("method", "GET").upper()

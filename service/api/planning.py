@@ -113,7 +113,9 @@ def get_plan(
     days: Annotated[float, Query(gt=0, le=L.MAX_DAYS, allow_inf_nan=False)],
     gpu_type: Annotated[str | None, Query(max_length=100)] = None,
     mfu: Annotated[float | None, Query(gt=0, le=1, allow_inf_nan=False, description="fraction: 0.30")] = None,
-    peak_tflops: Annotated[float | None, Query(gt=0, le=L.MAX_PEAK_TFLOPS, allow_inf_nan=False, description="dense TFLOP/s/GPU")] = None,
+    peak_tflops: Annotated[
+        float | None, Query(gt=0, le=L.MAX_PEAK_TFLOPS, allow_inf_nan=False, description="dense TFLOP/s/GPU")
+    ] = None,
     gpus_per_node: Annotated[int, Query(ge=1, le=L.MAX_GPUS_PER_NODE)] = 8,
     precision: Annotated[str, Query(max_length=32)] = "bf16",
 ) -> Plan:

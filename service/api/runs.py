@@ -118,7 +118,9 @@ def list_runs(
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
-    sort: Annotated[str, Query(description="column, '-' prefix for descending: " + ", ".join(store.SORT_COLUMNS))] = "id",
+    sort: Annotated[
+        str, Query(description="column, '-' prefix for descending: " + ", ".join(store.SORT_COLUMNS))
+    ] = "id",
     name: Annotated[str | None, Query(max_length=2000, description="exact run name")] = None,
     name_prefix: Annotated[str | None, Query(min_length=1, max_length=2000,
                                              description="runs whose name starts with this")] = None,

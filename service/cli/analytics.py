@@ -107,9 +107,9 @@ def render_recommendation(body: dict) -> None:
         console.print("no configuration is predicted to fit this target")
         return
     table = Table(show_lines=True)
-    for col, kw in (("#", {}), ("config", {"max_width": 22}), ("predicted tok/s/GPU", {"max_width": 16}),
-                    ("MFU", {}), ("mem GiB", {}), ("evidence", {"max_width": 24})):
-        table.add_column(col, **kw)
+    for col, max_width in (("#", None), ("config", 22), ("predicted tok/s/GPU", 16),
+                           ("MFU", None), ("mem GiB", None), ("evidence", 24)):
+        table.add_column(col, max_width=max_width)
     for i, c in enumerate(body["candidates"], 1):
         p = c["predicted"]
         lo, hi = p["interval"]

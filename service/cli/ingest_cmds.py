@@ -3,7 +3,8 @@
 - ``sync`` replays the push client's spool (SCALEBOOK_SPOOL_DIR) through the API.
 - ``classify`` labels error lines read on stdin with the DESIGN §6 failure classes.
 - ``import log`` turns training logs (see ``ingest.parsers.logs.FORMATS``) into one run each and
-  refuses a log with neither training records nor a recognised failure; ``import mlflow`` / ``import wandb`` read MLflow experiments (REST API) and W&B
+  refuses a log with neither training records nor a recognised failure; ``import mlflow`` /
+  ``import wandb`` read MLflow experiments (REST API) and W&B
   runs-table CSV exports through a TOML/YAML mapping file (``ingest.external``). Like every
   importer they send through the API (SCALEBOOK_API_URL), print read / stored / already present /
   rejected, write rejected rows with reasons to a CSV file, and use deterministic run keys so a

@@ -102,9 +102,9 @@ def suggest(
         console.print("nothing to suggest: " + "; ".join(body.get("notes") or []))
         return
     table = Table(show_lines=True)
-    for col, kw in (("#", {}), ("config", {"max_width": 22}), ("predicted tok/s/GPU", {"max_width": 16}),
-                    ("EI", {}), ("mem GiB", {}), ("why", {"max_width": 26})):
-        table.add_column(col, **kw)
+    for col, max_width in (("#", None), ("config", 22), ("predicted tok/s/GPU", 16),
+                           ("EI", None), ("mem GiB", None), ("why", 26)):
+        table.add_column(col, max_width=max_width)
     for i, s in enumerate(body["suggestions"], 1):
         p = s["predicted"]
         lo, hi = p["interval"]
