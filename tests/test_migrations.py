@@ -172,9 +172,14 @@ def _insert_runs(db: Database, n: int, *, seed: int = 0) -> list[dict]:
     from datetime import datetime
 
     now = datetime(2026, 1, 2, 3, 4, 5, 678901)
+    # before 0008 the degrees were NOT NULL and the code of then stored an unstated one as 1
+    not_null_degrees = {c.name for c in table.columns if c.name in ("tp", "pp", "cp", "ep") and not c.nullable}
     payload = []
     for r in rows:
         r["ingested_at"] = now
+        for d in not_null_degrees:
+            if r.get(d) is None:
+                r[d] = 1
         payload.append({k: v for k, v in r.items() if k in names})
     with db.engine.begin() as conn:
         conn.execute(table.insert(), payload)

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from service.cli.base import Api, ApiError, app, console, err_console, fail, fetch, print_json
+from service.ranking import config_label
 
 
 class SqlFormat(StrEnum):
@@ -67,14 +68,8 @@ def _si(n: float) -> str:
 
 
 def _config(cfg: dict) -> str:
-    parts = [f"DP{cfg.get('dp')}", f"TP{cfg.get('tp')}", f"PP{cfg.get('pp')}"]
-    parts += [f"{k}{cfg[v]}" for k, v in (("CP", "cp"), ("EP", "ep")) if (cfg.get(v) or 1) > 1]
-    parts += [f"GAS{cfg.get('grad_accum_steps') or '?'}",
-              f"Z{cfg['zero_stage'] if cfg.get('zero_stage') is not None else '?'}",
-              f"MBS{cfg.get('micro_batch_size') or '?'}"]
-    if cfg.get("recompute") not in (None, "none"):
-        parts.append(f"RC:{cfg['recompute']}")
-    return " ".join(parts)
+    """The one config label (service.ranking.config_label): an unknown degree shows as '?'."""
+    return config_label(cfg)
 
 
 @app.command()
