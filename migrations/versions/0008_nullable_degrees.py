@@ -6,7 +6,9 @@ everything reading the degrees treats NULL as unknown. Existing rows keep their 
 downgrade sets NULL back to 1 before restoring NOT NULL.
 
 DuckDB refuses ALTER TABLE on a table with indexes ("Cannot alter entry because there are entries
-that depend on it"): its indexes on runs are dropped and re-created around the ALTERs.
+that depend on it"): its indexes on runs are dropped and re-created around the ALTERs; and its
+downgrade writes the 1s in an ALTER ... TYPE INTEGER USING coalesce(col, 1), because DuckDB refuses
+SET NOT NULL after an UPDATE in the same transaction.
 
 Revision ID: 0008
 Revises: 0007
@@ -34,10 +36,17 @@ _DUCKDB_INDEXES = (
 
 def _alter(nullable: bool) -> None:
     duckdb = op.get_bind().dialect.name == "duckdb"
+    if not nullable and not duckdb:
+        for col in DEGREES:
+            op.execute(sa.text(f"UPDATE runs SET {col} = 1 WHERE {col} IS NULL"))
     if duckdb:
         for name, _, _ in _DUCKDB_INDEXES:
             op.drop_index(name, table_name='runs')
     for col in DEGREES:
+        if not nullable and duckdb:
+            # DuckDB refuses SET NOT NULL after an UPDATE in the same transaction ("Cannot create
+            # index with outstanding updates"): the NULLs become 1 in the ALTER itself
+            op.execute(sa.text(f"ALTER TABLE runs ALTER COLUMN {col} TYPE INTEGER USING coalesce({col}, 1)"))
         op.alter_column('runs', col, existing_type=sa.Integer(), nullable=nullable)
     if duckdb:
         for name, cols, unique in _DUCKDB_INDEXES:
@@ -49,6 +58,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for col in DEGREES:
-        op.execute(sa.text(f"UPDATE runs SET {col} = 1 WHERE {col} IS NULL"))
     _alter(nullable=False)
