@@ -19,7 +19,9 @@ into the per-GPU throughput nanotron and Megatron report (global tokens per seco
 
     tokens_per_sec_per_gpu = mean over ranks(timed tokens) / (tp · pp · cp) / max over ranks(timed seconds)
 
-so with pure data parallelism it is simply this rank's tokens per second.
+so with pure data parallelism it is simply this rank's tokens per second. Without tp, pp and cp in
+``run_fields`` (and more than one process) tp·pp·cp is unknown: no tokens_per_sec_per_gpu is
+stored, only ``extra.tokens_per_sec_per_replica`` (tokens per second of one model replica).
 
 Measurement
 -----------
@@ -226,7 +228,11 @@ class Recorder:
         world = fields.get("world_size") or self._world_size()
         local = _env_int("LOCAL_WORLD_SIZE")
         # dp and any degree not given are left to the server, which fills them only where
-        # tp·pp·cp·dp = world_size determines them and names them in extra.derived_fields
+        # tp·pp·cp·dp = world_size determines them and names them in extra.derived_fields.
+        # Per-GPU throughput divides by tp·pp·cp: known when given, or 1 for a single process.
+        degrees = [int(v) for d in ("tp", "pp", "cp") if (v := fields.get(d))]
+        mp: int | None = (degrees[0] * degrees[1] * degrees[2] if len(degrees) == 3
+                          else 1 if world == 1 else None)
         defaults: dict[str, Any] = {
             "started_at": self._started_at.isoformat() if self._started_at else None,
             "world_size": world,
@@ -238,6 +244,8 @@ class Recorder:
             "nccl_version": _nccl_version() if self._cuda else None,
             "gpu_type": torch.cuda.get_device_name() if self._cuda else None,
         }
+        if world == 1:  # one process: every degree is 1 (a fact, the only solution of tp·pp·cp·dp = 1)
+            defaults.update(dp=1, tp=1, pp=1, cp=1)
         for key, value in defaults.items():
             if rec.get(key) is None and value is not None:
                 rec[key] = value
@@ -250,7 +258,12 @@ class Recorder:
             seconds, mean_tokens, steps, peak, reserved = self._reduce(seconds, peak, reserved)
             rec.setdefault("status", "success")
             if steps > 0 and seconds > 0:
-                rec.setdefault("tokens_per_sec_per_gpu", mean_tokens / mp / seconds)
+                if mp:
+                    rec.setdefault("tokens_per_sec_per_gpu", mean_tokens / mp / seconds)
+                else:
+                    extra["tokens_per_sec_per_replica"] = mean_tokens / seconds
+                    log.warning("scalebook: tp/pp/cp not all given in run_fields: tokens/s/GPU unknown "
+                                "(kept as extra.tokens_per_sec_per_replica)")
                 rec.setdefault("step_time_s", seconds / steps)
             else:
                 log.warning("scalebook: %d step(s) recorded, %d warm-up: no throughput measured",
@@ -258,7 +271,7 @@ class Recorder:
         else:
             status, error_class, message = classify_exception(exc)
             rec["status"], rec["error_class"], rec["error_message"] = status, error_class, message
-            if self.timed_steps and seconds > 0:
+            if self.timed_steps and seconds > 0 and mp:
                 extra["tokens_per_sec_per_gpu_before_failure"] = self.timed_tokens / mp / seconds
         if peak is not None:
             rec.setdefault("peak_memory_gib", peak)

@@ -147,13 +147,13 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
             gpn = world // nodes
             derived.append("gpus_per_node")
         errors.extend(_check_degrees(degrees, world, derived))
-    if degrees["dp"] and ep and ep > 1 and degrees["cp"] and degrees["tp"]:
-        dp, cp, tp = degrees["dp"], degrees["cp"], degrees["tp"]
-        if (dp * cp * tp) % ep:
-            errors.append(FieldError("ep", ep, f"ep {ep} must divide dp·cp·tp = {dp}·{cp}·{tp} = {dp * cp * tp} "
-                                               "(expert parallelism is carved out of DP×CP, or folded over TP "
-                                               "too: Megatron-Core MoE parallel folding, arXiv 2504.14960)"))
     dp = degrees["dp"]
+    if ep and ep > 1 and dp and degrees["cp"] and degrees["tp"]:
+        carve = dp * degrees["cp"] * degrees["tp"]
+        if carve % ep:
+            errors.append(FieldError("ep", ep, f"ep {ep} must divide dp·cp·tp = {dp}·{degrees['cp']}·{degrees['tp']} "
+                                               f"= {carve} (expert parallelism is carved out of DP×CP, or folded "
+                                               "over TP too: Megatron-Core MoE parallel folding, arXiv 2504.14960)"))
     row.update(degrees)
     row.update(nodes=nodes, gpus_per_node=gpn, world_size=world, dp=dp)
 

@@ -58,7 +58,8 @@ def _cell(client, size: float, nodes: int) -> dict:
 def test_analytics_answer_with_null_degree_runs(nanotron_client):
     before = _cell(nanotron_client, 1.3, 2)
     for i in range(5):  # a fingerprint history for the regressions check: the last run drops by a third
-        _post(nanotron_client, {**UNSTATED, "name": f"tp-only-{i}", "tokens_per_sec_per_gpu": 9000.0 + i - 3000 * (i == 4),
+        tps = 9000.0 + i - 3000 * (i == 4)
+        _post(nanotron_client, {**UNSTATED, "name": f"tp-only-{i}", "tokens_per_sec_per_gpu": tps,
                                 "started_at": f"2025-01-0{i + 1}T00:00:00"})
     _post(nanotron_client, {**UNSTATED, "name": "oom-unknown", "status": "oom", "tokens_per_sec_per_gpu": None,
                             "error_class": "oom_gpu"})
