@@ -130,3 +130,11 @@ def test_log_stating_cp2_stores_cp2_and_leaves_the_rest_null(live_api, tmp_path)
 ])
 def test_config_label_never_shows_an_unknown_degree_as_1(label_in, want):
     assert config_label(label_in).startswith(want)
+
+
+def test_dashboard_detail_shows_an_unknown_degree_as_unknown():
+    from dashboard.logic.runs import UNKNOWN_DEGREE, detail_sections
+
+    frame = detail_sections({"id": 1, "tp": 2, "dp": None, "pp": None, "cp": None, "ep": None})["parallelism"]
+    shown = dict(zip(frame["field"], frame["value"]))
+    assert shown == {"dp": UNKNOWN_DEGREE, "tp": "2", "pp": UNKNOWN_DEGREE, "cp": UNKNOWN_DEGREE}
