@@ -145,8 +145,11 @@ def generate_runs(n: int, seed: int = 0, *, prefix: str | None = None,
         k = rng.choice((-2, -1, 0, 0, 0, 1, 2, 3))
         cand = max(1, int(nodes * 2.0 ** k))
         world = cand * gpn
-        if world % (tp * pp * cp) == 0 and ((world // (tp * pp * cp)) * cp) % ep == 0:
-            nodes = cand
+        # rescaled only when the layout is known (an unknown degree is NULL: nothing to check against)
+        if tp and pp and cp:
+            mp = tp * pp * cp
+            if world % mp == 0 and (ep is None or ((world // mp) * cp) % ep == 0):
+                nodes = cand
         run.update(run_key=f"{prefix}-{i}", source="bench", nodes=nodes,
                    started_at=(epoch + timedelta(seconds=rng.randrange(span_s))).isoformat(),
                    **{f: rng.choice(v) for f, v in _VERSIONS.items()})

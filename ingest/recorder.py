@@ -19,7 +19,9 @@ into the per-GPU throughput nanotron and Megatron report (global tokens per seco
 
     tokens_per_sec_per_gpu = mean over ranks(timed tokens) / (tp · pp · cp) / max over ranks(timed seconds)
 
-so with pure data parallelism it is simply this rank's tokens per second.
+so with pure data parallelism it is simply this rank's tokens per second. Without tp, pp and cp in
+``run_fields`` (and more than one process) tp·pp·cp is unknown: no tokens_per_sec_per_gpu is
+stored, only ``extra.tokens_per_sec_per_replica`` (tokens per second of one model replica).
 
 Measurement
 -----------
@@ -34,10 +36,13 @@ Measurement
   skips them (for hooks that run on the main process only, e.g. an Accelerate tracker): the record
   is then rank 0's own measurement.
 * Filled in unless given in ``run_fields``: world_size and rank (torch.distributed, else the
-  WORLD_SIZE/RANK variables), gpus_per_node (LOCAL_WORLD_SIZE), nodes (world_size /
-  LOCAL_WORLD_SIZE), dp (world_size / (tp·pp·cp)), gpu_type (``torch.cuda.get_device_name``; the
+  WORLD_SIZE/RANK variables; world_size 1 only for a process no launcher started, and left out
+  when a launcher did not say it), gpus_per_node (LOCAL_WORLD_SIZE), nodes (world_size /
+  LOCAL_WORLD_SIZE), gpu_type (``torch.cuda.get_device_name``; the
   server maps it to the catalog name), torch/CUDA/NCCL versions, framework ``"pytorch"``,
   source ``"recorder"``, started_at, run_key (uuid4 hex, made at construction: ``rec.run_key``).
+  Parallelism degrees are never filled with 1: give tp/pp/cp/ep in ``run_fields``; the server
+  derives dp (and any one missing degree) from tp·pp·cp·dp = world_size and says so.
   MFU is left to the server (``mfu_derived`` from model_params/dims and the hardware catalog).
 
 Failures
@@ -222,9 +227,18 @@ class Recorder:
         dist = self._dist()
         return dist.get_rank() if dist else (_env_int("RANK") or 0)
 
-    def _world_size(self) -> int:
+    def _world_size(self) -> int | None:
+        """torch.distributed's world size when initialised, else the launcher's WORLD_SIZE; 1 for a
+        process no launcher started (no RANK / LOCAL_RANK / WORLD_SIZE: a single process is a fact,
+        not a guess); None when a launcher ran it but did not say the world size."""
         dist = self._dist()
-        return dist.get_world_size() if dist else (_env_int("WORLD_SIZE") or 1)
+        if dist:
+            return dist.get_world_size()
+        world = _env_int("WORLD_SIZE")
+        if world:
+            return world
+        launched = any(os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+        return None if launched else 1
 
     def _memory(self) -> tuple[float | None, float | None]:
         if not self._cuda:
@@ -253,20 +267,27 @@ class Recorder:
         fields = self.run_fields
         rec: dict[str, Any] = {"run_key": self.run_key, "source": "recorder", "framework": "pytorch"}
         rec.update({k: v for k, v in fields.items() if v is not None and k != "extra"})
-        world = int(fields.get("world_size") or self._world_size())
+        world = fields.get("world_size") or self._world_size()
         local = _env_int("LOCAL_WORLD_SIZE")
-        mp = int(fields.get("tp") or 1) * int(fields.get("pp") or 1) * int(fields.get("cp") or 1)
+        # dp and any degree not given are left to the server, which fills them only where
+        # tp·pp·cp·dp = world_size determines them and names them in extra.derived_fields.
+        # Per-GPU throughput divides by tp·pp·cp: known when given, or 1 for a single process.
+        degrees = [int(v) for d in ("tp", "pp", "cp") if (v := fields.get(d))]
+        mp: int | None = (degrees[0] * degrees[1] * degrees[2] if len(degrees) == 3
+                          else 1 if world == 1 else None)
         defaults: dict[str, Any] = {
             "started_at": self._started_at.isoformat() if self._started_at else None,
             "world_size": world,
             "gpus_per_node": local if local and fields.get("nodes") is None else None,
-            "nodes": world // local if local and world % local == 0 and fields.get("gpus_per_node") is None else None,
-            "dp": world // mp if world % mp == 0 else None,
+            "nodes": (world // local if world and local and world % local == 0
+                      and fields.get("gpus_per_node") is None else None),
             "torch_version": torch.__version__,
             "cuda_version": torch.version.cuda,
             "nccl_version": _nccl_version() if self._cuda else None,
             "gpu_type": torch.cuda.get_device_name() if self._cuda else None,
         }
+        if world == 1:  # one process: every degree is 1 (a fact, the only solution of tp·pp·cp·dp = 1)
+            defaults.update(dp=1, tp=1, pp=1, cp=1)
         for key, value in defaults.items():
             if rec.get(key) is None and value is not None:
                 rec[key] = value
@@ -278,7 +299,12 @@ class Recorder:
             seconds, mean_tokens, steps, peak, reserved = self._reduce(seconds, peak, reserved)
             rec.setdefault("status", "success")
             if steps > 0 and seconds > 0:
-                rec.setdefault("tokens_per_sec_per_gpu", mean_tokens / mp / seconds)
+                if mp:
+                    rec.setdefault("tokens_per_sec_per_gpu", mean_tokens / mp / seconds)
+                else:
+                    extra["tokens_per_sec_per_replica"] = mean_tokens / seconds
+                    log.warning("scalebook: tp/pp/cp not all given in run_fields: tokens/s/GPU unknown "
+                                "(kept as extra.tokens_per_sec_per_replica)")
                 rec.setdefault("step_time_s", seconds / steps)
             else:
                 log.warning("scalebook: %d step(s) recorded, %d warm-up: no throughput measured",
@@ -286,7 +312,7 @@ class Recorder:
         else:
             status, error_class, message = classify_exception(exc)
             rec["status"], rec["error_class"], rec["error_message"] = status, error_class, message
-            if self.timed_steps and seconds > 0:
+            if self.timed_steps and seconds > 0 and mp:
                 extra["tokens_per_sec_per_gpu_before_failure"] = self.timed_tokens / mp / seconds
         if peak is not None:
             rec.setdefault("peak_memory_gib", peak)

@@ -2,8 +2,13 @@
 
 Derived values are computed one way for every run, whatever framework reported it:
 
-- world_size = nodes × gpus_per_node unless reported; nodes / gpus_per_node / dp are filled from
+- world_size = nodes × gpus_per_node unless reported; nodes / gpus_per_node are filled from
   the others when the division is exact;
+- parallelism degrees: one the record does not state stays None (NULL), never 1 by default. The
+  invariant tp·pp·cp·dp = world_size fills them only where it determines them (one unknown degree
+  with the others known, or the known ones already multiplying to world_size: the rest are 1) and
+  is checked only when all four are known; ep's divisibility only when ep, dp, cp, tp are known.
+  Every filled value is named in extra.derived_fields;
 - global_batch_tokens = dp · micro_batch_size · grad_accum_steps · seq_len unless reported;
 - model_size_class = model_params in billions rounded to 2 significant figures
   (1.34e9 → 1.3, 3.57e9 → 3.6, 8.86e9 → 8.9, 469e9 → 470), so runs of one model whose reported
@@ -116,15 +121,11 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         canonicalised.append("precision")
     row["precision"] = precision
 
-    # The runs table still has tp/pp/cp/ep NOT NULL (migrations 0001-0005): a degree the record does
-    # not state is stored as 1 and NAMED in extra.assumed_fields, so nobody mistakes it for a
-    # reported value. (Making them NULL needs a migration and NULL-aware heatmap/recommend code.)
-    assumed = [dim for dim in ("tp", "pp", "cp", "ep") if row.get(dim) is None]
-    for dim in assumed:
-        row[dim] = 1
+    # A degree the record does not state stays None (NULL): never a guess stored as a value.
     derived: list[str] = []
-    tp, pp, cp, ep = row["tp"], row["pp"], row["cp"], row["ep"]
-    nodes, gpn, world, dp = row.get("nodes"), row.get("gpus_per_node"), row.get("world_size"), row.get("dp")
+    nodes, gpn, world = row.get("nodes"), row.get("gpus_per_node"), row.get("world_size")
+    degrees: dict[str, int | None] = {d: row.get(d) for d in ("dp", "tp", "pp", "cp")}
+    ep = row.get("ep")
 
     if nodes and gpn:
         # a job may use part of its last node (4 GPUs of one 8-GPU node), never more than all of them
@@ -135,8 +136,8 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         if world is None:
             world = nodes * gpn
             derived.append("world_size")
-    if world is None and dp:
-        world = dp * tp * pp * cp
+    if world is None and all(degrees.values()):
+        world = math.prod(v for v in degrees.values() if v)
         derived.append("world_size")
     if world:
         if nodes is None and gpn and world % gpn == 0:
@@ -145,22 +146,15 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         if gpn is None and nodes and world % nodes == 0:
             gpn = world // nodes
             derived.append("gpus_per_node")
-        model_parallel = tp * pp * cp
-        if dp is None:
-            if world % model_parallel:
-                errors.append(FieldError(
-                    "world_size", world,
-                    f"world_size {world} is not divisible by tp·pp·cp = {tp}·{pp}·{cp} = {model_parallel}"))
-            else:
-                dp = world // model_parallel
-                derived.append("dp")
-        elif dp * model_parallel != world:
-            errors.append(FieldError(
-                "dp", dp, f"tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {dp * model_parallel} != world_size {world}"))
-    if dp and ep > 1 and (dp * cp * tp) % ep:
-        errors.append(FieldError("ep", ep, f"ep {ep} must divide dp·cp·tp = {dp}·{cp}·{tp} = {dp * cp * tp} "
-                                           "(expert parallelism is carved out of DP×CP, or folded over TP too: "
-                                           "Megatron-Core MoE parallel folding, arXiv 2504.14960)"))
+        errors.extend(_check_degrees(degrees, world, derived))
+    dp = degrees["dp"]
+    if ep and ep > 1 and dp and degrees["cp"] and degrees["tp"]:
+        carve = dp * degrees["cp"] * degrees["tp"]
+        if carve % ep:
+            errors.append(FieldError("ep", ep, f"ep {ep} must divide dp·cp·tp = {dp}·{degrees['cp']}·{degrees['tp']} "
+                                               f"= {carve} (expert parallelism is carved out of DP×CP, or folded "
+                                               "over TP too: Megatron-Core MoE parallel folding, arXiv 2504.14960)"))
+    row.update(degrees)
     row.update(nodes=nodes, gpus_per_node=gpn, world_size=world, dp=dp)
 
     if row.get("global_batch_tokens") is None:
@@ -213,16 +207,46 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
             "is the throughput per GPU, and are the hardware and model size right?")))
     if row["mfu_derived"] is None and n_source == "moe" and tps is not None:
         row["mfu_method"] = "moe: active params unknown (set extra.active_params)"
-    # which stored values the server computed (derived) or filled without evidence (assumed)
+    # which stored values the server computed from the others (never a value without evidence)
     if derived:
         extra["derived_fields"] = sorted(set(derived) | set(extra.get("derived_fields") or []))
-    if assumed:
-        extra["assumed_fields"] = assumed
     if canonicalised:
         extra["canonicalised_fields"] = canonicalised
     row["extra"] = extra or None
     row["fingerprint"] = fingerprint(row)
     return row, errors
+
+
+def _check_degrees(degrees: dict[str, int | None], world: int, derived: list[str]) -> list[FieldError]:
+    """Check and complete dp, tp, pp, cp (in place) against tp·pp·cp·dp = world_size (DESIGN §2).
+
+    Degrees are integers ≥ 1, so the invariant determines the unknown ones only when
+    - exactly one is unknown: it is world_size / (product of the others), if that divides exactly;
+    - the known ones already multiply to world_size: every unknown one is 1.
+    Otherwise the unknown ones stay None. Every filled degree is appended to `derived`. Returns the
+    invariant violations (the known degrees do not multiply to, or do not divide, world_size).
+    """
+    known = {d: v for d, v in degrees.items() if v}
+    unknown = [d for d in degrees if not degrees[d]]
+    product = math.prod(known.values())
+    stated = "·".join(f"{d}={v}" for d, v in known.items())
+    if not unknown:
+        if product != world:
+            tp, pp, cp, dp = (degrees[d] for d in ("tp", "pp", "cp", "dp"))
+            return [FieldError("dp", dp, f"tp·pp·cp·dp = {tp}·{pp}·{cp}·{dp} = {product} != world_size {world}")]
+        return []
+    if world % product:
+        field = "dp" if "dp" in known else "world_size"
+        return [FieldError(field, degrees.get(field) if field == "dp" else world,
+                           f"world_size {world} is not divisible by {stated} = {product}")]
+    if len(unknown) == 1:
+        degrees[unknown[0]] = world // product
+        derived.append(unknown[0])
+    elif product == world:
+        for d in unknown:
+            degrees[d] = 1
+            derived.append(d)
+    return []
 
 
 _ACTIVE = re.compile(r"(?:^|[-_ .])a(\d+(?:\.\d+)?)b(?:$|[-_ .)])", re.IGNORECASE)
@@ -243,7 +267,8 @@ def active_params(model_name: str | None, extra: dict[str, Any]) -> int | None:
 
 def is_moe(row: dict[str, Any], extra: dict[str, Any]) -> bool:
     """A mixture-of-experts run: expert parallelism > 1, or experts declared in extra."""
-    return (row.get("ep") or 1) > 1 or bool(extra.get("num_experts") or extra.get("moe"))
+    ep = row.get("ep")
+    return (ep is not None and ep > 1) or bool(extra.get("num_experts") or extra.get("moe"))
 
 
 def fingerprint(row: dict[str, Any]) -> str:

@@ -31,13 +31,16 @@ def _degree(value: Any) -> str:
 def config_label(run: Mapping[str, Any]) -> str:
     """'DP8 TP1 PP1 GAS16 Z1 MBS2' for a run or config mapping (dp, tp, pp, cp, ep, zero_stage,
     micro_batch_size, grad_accum_steps, recompute). A degree the run does not give (None) shows as
-    '?', e.g. 'TP?'; CP and EP appear when > 1, 'RC:<mode>' when recompute is set and not 'none'."""
+    '?', e.g. 'TP?', never as 1. CP appears when > 1 or unknown ('CP?'); EP when > 1 (an unknown EP
+    is not shown: dense runs do not state it, so 'EP?' would be on nearly every label); 'RC:<mode>'
+    when recompute is set and not 'none'."""
     get = run.get
     parts = [f"DP{_degree(get('dp'))}", f"TP{_degree(get('tp'))}", f"PP{_degree(get('pp'))}"]
-    for dim in ("cp", "ep"):
-        value = get(dim)
-        if value is not None and value > 1:
-            parts.append(f"{dim.upper()}{value}")
+    cp, ep = get("cp"), get("ep")
+    if cp is None or cp > 1:
+        parts.append(f"CP{_degree(cp)}")
+    if ep is not None and ep > 1:
+        parts.append(f"EP{ep}")
     parts += [f"GAS{_degree(get('grad_accum_steps'))}", f"Z{_degree(get('zero_stage'))}",
               f"MBS{_degree(get('micro_batch_size'))}"]
     recompute = get("recompute")

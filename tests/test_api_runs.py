@@ -9,7 +9,7 @@ import pytest
 
 BASE = {"model_name": "llama3-8b", "model_params": 8_030_261_248, "num_layers": 32, "hidden_size": 4096,
         "seq_len": 8192, "gpu_type": "H100 80GB HBM3", "gpus_per_node": 8, "nodes": 2, "tp": 2,
-        "zero_stage": 1, "micro_batch_size": 1, "grad_accum_steps": 8, "precision": "bf16",
+        "pp": 1, "cp": 1, "zero_stage": 1, "micro_batch_size": 1, "grad_accum_steps": 8, "precision": "bf16",
         "framework": "nanotron", "status": "success", "tokens_per_sec_per_gpu": 4000.0}
 
 
@@ -28,8 +28,13 @@ def test_single_run_derives_fields(client):
     r = client.post("/api/v1/runs", json=run(run_key="a"))
     assert r.status_code == 201, r.text
     body = r.json()
-    assert body["world_size"] == 16 and body["dp"] == 8  # 16 GPUs / (tp 2)
+    assert body["world_size"] == 16 and body["dp"] == 8  # 16 GPUs / (tp 2 · pp 1 · cp 1)
     assert body["global_batch_tokens"] == 8 * 1 * 8 * 8192
+    assert body["extra"]["derived_fields"] == ["dp", "global_batch_tokens", "world_size"]
+    # without pp and cp, dp is not determined: NULL, and so is what rests on it
+    loose = client.post("/api/v1/runs", json={k: v for k, v in run(run_key="b").items() if k not in ("pp", "cp")})
+    assert loose.status_code == 201, loose.text
+    assert [loose.json()[k] for k in ("dp", "pp", "cp", "ep", "global_batch_tokens")] == [None] * 5
     assert body["gpu_type"] == "H100-SXM-80GB" and body["extra"]["gpu_type_reported"] == "H100 80GB HBM3"
     assert body["model_size_class"] == 8.0
     expected = (6 * 8_030_261_248 + 12 * 32 * 4096 * 8192) * 4000.0 / 989e12  # PaLM appendix B

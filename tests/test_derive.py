@@ -90,21 +90,47 @@ def test_moe_uses_active_parameters():
 def test_partial_node_and_derived_dims():
     row, errors = complete(RunIn(nodes=1, gpus_per_node=8, world_size=4, tp=2, pp=1, cp=1).model_dump())
     assert not errors and row["dp"] == 2 and row["extra"]["derived_fields"] == ["dp"]
-    assert row["extra"]["assumed_fields"] == ["ep"]
+    assert row["ep"] is None and "assumed_fields" not in row["extra"]
     row, errors = complete(RunIn(world_size=64, gpus_per_node=8, tp=4, pp=2, cp=1).model_dump())
     assert not errors and (row["nodes"], row["dp"]) == (8, 8)
     _, errors = complete(RunIn(world_size=64, tp=3, pp=1, cp=1).model_dump())
     assert errors and errors[0].field == "world_size" and "divisible" in errors[0].message
 
 
-def test_unstated_degrees_are_named_as_assumed_and_computed_ones_as_derived():
-    """The table keeps tp/pp/cp/ep NOT NULL, so an unstated degree is stored as 1 -- and named."""
+def test_unstated_degrees_stay_null_unless_the_invariant_determines_them():
+    """Issue 15 item 3: a degree the record neither states nor implies is None, never 1."""
+    # two unknowns (pp, cp) besides dp: tp·pp·cp·dp = 64 does not determine them
     row, errors = complete(RunIn(world_size=64, tp=4).model_dump())
-    assert not errors and row["extra"]["assumed_fields"] == ["pp", "cp", "ep"]
-    assert row["dp"] == 16 and row["extra"]["derived_fields"] == ["dp"]
+    assert not errors
+    assert (row["dp"], row["tp"], row["pp"], row["cp"], row["ep"]) == (None, 4, None, None, None)
+    assert row["extra"] is None  # nothing derived, nothing assumed
+    # one unknown with the others known: determined (64 / (4·2·1) = 8)
+    row, errors = complete(RunIn(world_size=64, tp=4, pp=2, cp=1).model_dump())
+    assert not errors and row["dp"] == 8 and row["extra"]["derived_fields"] == ["dp"]
+    row, errors = complete(RunIn(world_size=64, dp=8, tp=4, pp=1).model_dump())
+    assert not errors and row["cp"] == 2 and row["extra"]["derived_fields"] == ["cp"]
+    assert row["ep"] is None
+    # the known degrees already fill the world: every unknown one must be 1 (degrees are >= 1)
+    row, errors = complete(RunIn(nodes=1, gpus_per_node=8, dp=8).model_dump())
+    assert not errors and (row["tp"], row["pp"], row["cp"]) == (1, 1, 1)
+    assert row["extra"]["derived_fields"] == ["cp", "pp", "tp", "world_size"]
+    # world size from the degrees only when all four are known
+    row, errors = complete(RunIn(dp=4, tp=2).model_dump())
+    assert not errors and row["world_size"] is None and row["pp"] is None
     row, errors = complete(RunIn(nodes=2, gpus_per_node=8, dp=4, tp=2, pp=2, cp=1, ep=1).model_dump())
     assert not errors and row["world_size"] == 16 and row["extra"]["derived_fields"] == ["world_size"]
-    assert "assumed_fields" not in row["extra"]
+    # known degrees that cannot divide the world are refused, naming the values
+    _, errors = complete(RunIn(world_size=12, tp=8).model_dump())
+    assert errors and errors[0].field == "world_size" and "tp=8" in errors[0].message
+    # ep divisibility checked only when ep, dp, cp and tp are known
+    _, errors = complete(RunIn(world_size=8, tp=2, ep=3).model_dump())
+    assert not errors
+    _, errors = complete(RunIn(world_size=8, dp=4, tp=2, pp=1, cp=1, ep=3).model_dump())
+    assert errors and errors[0].field == "ep"
+    # the fingerprint tells an unknown degree from a stated 1
+    a, _ = complete(RunIn(world_size=16, dp=4, tp=2).model_dump())
+    b, _ = complete(RunIn(world_size=16, dp=4, tp=2, pp=2, cp=1).model_dump())
+    assert a["fingerprint"] != b["fingerprint"]
     assert not math.isnan(model_size_class(10**12))
 
 

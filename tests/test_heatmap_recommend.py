@@ -170,7 +170,7 @@ def test_throughput_model_predicts_held_out_cells(database, data_dir):
 
     records = nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records
     with database.session(write=True) as s:
-        store.store_runs(s, records, bulk=True)
+        store.store_runs(s, records)
     with database.session() as s:
         train = th.load_configs(s, exclude=Run.nodes == 4)
         held = [r for r in th.load_configs(s) if r["nodes"] == 4]

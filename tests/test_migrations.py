@@ -172,9 +172,14 @@ def _insert_runs(db: Database, n: int, *, seed: int = 0) -> list[dict]:
     from datetime import datetime
 
     now = datetime(2026, 1, 2, 3, 4, 5, 678901)
+    # before 0008 the degrees were NOT NULL and the code of then stored an unstated one as 1
+    not_null_degrees = {c.name for c in table.columns if c.name in ("tp", "pp", "cp", "ep") and not c.nullable}
     payload = []
     for r in rows:
         r["ingested_at"] = now
+        for d in not_null_degrees:
+            if r.get(d) is None:
+                r[d] = 1
         payload.append({k: v for k, v in r.items() if k in names})
     with db.engine.begin() as conn:
         conn.execute(table.insert(), payload)
@@ -216,5 +221,33 @@ def test_database_filled_at_earlier_revision_upgrades_intact(empty_url, revision
         with db.engine.connect() as conn:
             ids = [r[0] for r in conn.execute(sa.text("SELECT id FROM runs ORDER BY id"))]
         assert len(ids) == len(set(ids)) == 70
+    finally:
+        db.dispose()
+
+
+def test_0008_degrees_nullable_and_downgrade_fills_null_with_1(empty_url):
+    """0008 makes tp/pp/cp/ep nullable (a degree not stated is NULL); a 0007 database keeps its
+    values; the downgrade to 0007 writes 1 where NULL before restoring NOT NULL."""
+    db = Database(empty_url)
+    try:
+        db.upgrade("0007")
+        inserted = _insert_runs(db, 10, seed=8)
+        before = _snapshot(db, ["tp", "pp", "cp", "ep"])
+        assert all(None not in row[1:] for row in before)
+        db.upgrade("0008")
+        assert _snapshot(db, ["tp", "pp", "cp", "ep"]) == before
+        cols = {c["name"]: c for c in sa.inspect(db.engine).get_columns("runs")}
+        assert all(cols[d]["nullable"] for d in ("tp", "pp", "cp", "ep"))
+        with db.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE runs SET tp = NULL, ep = NULL WHERE id = :id"), {"id": before[0][0]})
+        db.dispose()
+        command.downgrade(alembic_config(empty_url), "0007")
+        db = Database(empty_url)
+        assert db.current_revision() == "0007"
+        after = _snapshot(db, ["tp", "pp", "cp", "ep"])
+        assert after[0] == (before[0][0], 1, before[0][2], before[0][3], 1) and after[1:] == before[1:]
+        cols = {c["name"]: c for c in sa.inspect(db.engine).get_columns("runs")}
+        assert not any(cols[d]["nullable"] for d in ("tp", "pp", "cp", "ep"))
+        assert len(inserted) == 10
     finally:
         db.dispose()

@@ -72,9 +72,13 @@ def class_figure(table: pd.DataFrame) -> go.Figure:
 
 
 def layout_label(run: Run) -> str:
-    """The parallel layout of a run without the batch knobs: "DP16 TP2 PP1 Z1" (CP/EP when > 1)."""
+    """The parallel layout of a run without the batch knobs: "DP16 TP2 PP1 Z1" (CP when > 1 or
+    unknown, "CP?"; EP when > 1); an unknown degree shows as "?", never as 1."""
     dims = [f"DP{run.get('dp') or '?'}", f"TP{run.get('tp') or '?'}", f"PP{run.get('pp') or '?'}"]
-    dims += [f"{d.upper()}{run[d]}" for d in ("cp", "ep") if (run.get(d) or 1) > 1]
+    if run.get("cp") is None or run["cp"] > 1:
+        dims.append(f"CP{run.get('cp') or '?'}")
+    if (run.get("ep") or 0) > 1:
+        dims.append(f"EP{run['ep']}")
     zero = run.get("zero_stage")
     return " ".join([*dims, f"Z{zero if zero is not None else '?'}"])
 

@@ -105,12 +105,18 @@ def runs_csv(runs: Sequence[Run]) -> str:
     return frame.to_csv(index=False)
 
 
+#: how the detail view shows a parallelism degree the run does not state (NULL)
+UNKNOWN_DEGREE = "? (not stated)"
+
+
 def detail_sections(run: Run) -> dict[str, pd.DataFrame]:
-    """A run's fields as one small (field, value) table per section; unset fields left out.
+    """A run's fields as one small (field, value) table per section; unset fields left out, except
+    the parallelism degrees dp/tp/pp/cp: an unknown one shows as "? (not stated)", never as 1.
     ``extra`` comes last, flattened one level."""
     out: dict[str, pd.DataFrame] = {}
     for section, fields in SECTIONS.items():
-        rows = [(f, _text(run.get(f))) for f in fields if run.get(f) is not None]
+        rows = [(f, _text(run.get(f)) if run.get(f) is not None else UNKNOWN_DEGREE) for f in fields
+                if run.get(f) is not None or f in ("dp", "tp", "pp", "cp")]
         if rows:
             out[section] = pd.DataFrame(rows, columns=["field", "value"])
     extra = run.get("extra")

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0009'
-down_revision = '0007'
+down_revision = '0008'
 branch_labels = None
 depends_on = None
 

@@ -272,7 +272,9 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
     `run` may carry model dims, parallelism (dp, tp, pp, cp, ep, zero_stage), micro_batch_size,
     grad_accum_steps, seq_len, recompute, precision, gpu_type, framework and `extra` (tp_mode,
     accumulate_grad_in_fp32, tie_word_embeddings, pp_engine, sequence_parallel, flash_attention).
-    gpu_memory_gib defaults to the hardware catalog's memory for run["gpu_type"].
+    gpu_memory_gib defaults to the hardware catalog's memory for run["gpu_type"]. A parallelism degree
+    left out is taken as 1 (the unsharded case, the /memory request's documented default) and named
+    in notes; callers pass requests and candidate layouts, never a stored run with a NULL degree.
     Raises ValueError naming the field when the estimate is impossible.
     """
     notes: list[str] = []
@@ -280,8 +282,10 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
     seq = _pos_int(run, "seq_len")
     if seq is None:
         raise ValueError("seq_len: required to size activations")
+    # a degree the request leaves out is the unsharded case, 1 (the /memory API's documented
+    # default), and said so in notes; this is a prediction for a request, never applied to a stored run
     dp, tp, pp, cp, ep = (_pos_int(run, k) or 1 for k in ("dp", "tp", "pp", "cp", "ep"))
-    notes += [f"{k}=1" for k in ("dp", "tp", "pp") if _get(run, k) is None]
+    notes += [f"{k}=1 (not given)" for k in ("dp", "tp", "pp", "cp") if _get(run, k) is None]
     if ep > 1:
         notes.append("ep ignored: dense model assumed (MoE experts not modelled)")
     zero = _get(run, "zero_stage")

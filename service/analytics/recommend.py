@@ -133,11 +133,12 @@ def _oom_rows(session: Session) -> list[dict[str, Any]]:
 def oom_implied(cfg: dict[str, Any], ctx: dict[str, Any], ooms: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The recorded OOM that implies `cfg` does not fit on the target either, or None: same GPU
     type, size class, seq_len, TP, PP, CP; ZeRO stage ≤; micro-batch ≥; recompute no stronger;
-    under ZeRO ≥ 1 the optimizer shards over DP, so DP ≤ as well."""
+    under ZeRO ≥ 1 the optimizer shards over DP, so DP ≤ as well. An OOM with an unknown (NULL)
+    TP, PP or CP implies nothing."""
     for o in ooms:
         if (o["gpu_type"] == ctx["gpu_type"] and o["model_size_class"] == ctx["size_class"]
                 and o["seq_len"] == ctx["seq_len"] and o["tp"] == cfg["tp"] and o["pp"] == cfg["pp"]
-                and (o["cp"] or 1) == cfg["cp"] and (o["zero_stage"] or 0) >= cfg["zero_stage"]
+                and o["cp"] == cfg["cp"] and (o["zero_stage"] or 0) >= cfg["zero_stage"]
                 and o["micro_batch_size"] is not None and o["micro_batch_size"] <= cfg["micro_batch_size"]
                 and _RECOMPUTE_RANK.get(o["recompute"], 0) >= _RECOMPUTE_RANK.get(cfg["recompute"], 0)
                 and (cfg["zero_stage"] == 0 or (o["dp"] or 0) >= cfg["dp"])):
@@ -205,9 +206,9 @@ def layouts(ctx: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, A
     fw = [r for r in rows if r["framework"] == ctx["framework"]] or rows
     world, seq, gbt = ctx["nodes"] * ctx["gpus_per_node"], ctx["seq_len"], ctx["global_batch_tokens"]
     heads, layers = ctx.get("num_heads"), ctx.get("num_layers")
-    tps = sorted({*_POW2, *(r["tp"] for r in fw)})
-    pps = sorted({*_POW2, *(r["pp"] for r in fw)})
-    cps = sorted({r["cp"] or 1 for r in fw} | {1})
+    tps = sorted({*_POW2, *(r["tp"] for r in fw if r["tp"])})
+    pps = sorted({*_POW2, *(r["pp"] for r in fw if r["pp"])})
+    cps = sorted({r["cp"] for r in fw if r["cp"]} | {1})
     zeros = sorted({r["zero_stage"] or 0 for r in fw} or {0})
     recs = sorted({r["recompute"] or "none" for r in fw} or {"none"})
     mbss = sorted({*_POW2, *(r["micro_batch_size"] for r in fw)})
@@ -242,11 +243,16 @@ def _run_record(cfg: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-_DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero_stage": 0, "recompute": "none"}
+#: how a NULL configuration field of a recorded row is matched against a candidate: ZeRO and
+#: recompute have documented defaults (0, none); EP unstated matches the candidates' EP 1 because
+#: the recommender proposes dense layouts only and no model here costs EP. dp/tp/pp/cp have no
+#: default: a NULL one matches nothing (load_configs leaves such runs out anyway).
+_DEFAULTS = {"ep": 1, "zero_stage": 0, "recompute": "none"}
 
 
 def _value(row: dict[str, Any], f: str) -> Any:
-    """A configuration field of a recorded row, NULL read as the field's default (1, ZeRO 0, none)."""
+    """A configuration field of a recorded row for matching, NULL read as _DEFAULTS says (dp, tp,
+    pp, cp stay None)."""
     v = row.get(f)
     return _DEFAULTS.get(f) if v is None else v
 
@@ -313,6 +319,9 @@ def prepare(session: Session, target: Target) -> Prepared:
                          [{"field": "nodes", "value": target.nodes, "message": "must be >= 1"}])
     rows = th.load_configs(session)
     notes: list[str] = []
+    skipped = th.skipped_note(th.count_unknown_layout(session))
+    if skipped:
+        notes.append(skipped)
     try:
         ctx = _complete_target(target, rows, notes)
     except BadRequest as exc:

@@ -183,26 +183,32 @@ def scaling(session: Session, size_class: float, *, gpu_type: str | None = None,
         assert value is not None  # the ranked runs have the metric
         return float(value)
 
-    def world_of(run: Run) -> int:
-        assert run.nodes is not None  # the ranked runs have a node count
-        return run.world_size or (run.nodes * (run.gpus_per_node or 1))
+    def world_of(run: Run) -> int | None:
+        """The run's GPU count: world_size, else nodes × gpus_per_node; None when neither is known
+        (never a guessed 1 GPU per node)."""
+        if run.world_size:
+            return run.world_size
+        if run.nodes and run.gpus_per_node:
+            return run.nodes * run.gpus_per_node
+        notes.append(f"run #{run.id}: world size unknown (no world_size or gpus_per_node): no speedup")
+        return None
 
     base = best[0]
     base_nodes = base.nodes
     assert base_nodes is not None
     base_world = world_of(base)
-    base_agg = metric_of(base) * base_world
+    base_agg = metric_of(base) * base_world if base_world else None
     points: list[dict[str, Any]] = []
     for run in best:
-        world = world_of(run)
+        world = base_world if run is base else world_of(run)
         tps = run.tokens_per_sec_per_gpu
         points.append({
             "nodes": run.nodes, "world_size": world, "tokens_per_sec_per_gpu": tps,
-            "aggregate_tokens_per_sec": tps * world if tps is not None else None,
+            "aggregate_tokens_per_sec": tps * world if tps is not None and world else None,
             "mfu": run.mfu_derived if run.mfu_derived is not None else run.mfu,
             "value": metric_of(run),
             "efficiency": metric_of(run) / metric_of(base) if metric_of(base) else None,
-            "speedup": metric_of(run) * world / base_agg if base_agg else None,
+            "speedup": metric_of(run) * world / base_agg if base_agg and world else None,
             "best_run_id": run.id,
             "config": {f: getattr(run, f) for f in CONFIG_FIELDS},
         })

@@ -171,17 +171,29 @@ def _json_float(key: str) -> sa.ColumnElement:
     return Run.extra[key].as_float()
 
 
-def load_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -> list[dict[str, Any]]:
-    """Successful, not retired runs with a known precision and a tokens/s/GPU, aggregated per
-    configuration (CONFIG_COLS) in SQL: n_runs, best tokens_per_sec_per_gpu, first run id, mean
-    recorded all-reduce bandwidths (GB/s; None when no run recorded them). Thousands of rows for a
-    million runs. `exclude`: an extra SQL condition on runs to leave out (tests, bench)."""
-    cols = [getattr(Run, c) for c in CONFIG_COLS]
+#: the parallelism degrees a configuration needs known to be costed, fitted on or adapted: a run that
+#: leaves one of them NULL (not stated, not determined by tp·pp·cp·dp = world_size) is skipped
+LAYOUT_DEGREES = ("dp", "tp", "pp", "cp")
+
+
+def _fit_filter(exclude: sa.ColumnElement | None) -> list[sa.ColumnElement]:
     where = [Run.status == "success", Run.retired_at.is_(None), Run.precision.is_not(None),
              Run.tokens_per_sec_per_gpu > 0, Run.seq_len.is_not(None), Run.micro_batch_size.is_not(None),
              Run.grad_accum_steps.is_not(None), Run.model_size_class.is_not(None)]
     if exclude is not None:
         where.append(sa.not_(exclude))
+    return where
+
+
+def load_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -> list[dict[str, Any]]:
+    """Successful, not retired runs with a known precision, a tokens/s/GPU and known dp, tp, pp, cp
+    (LAYOUT_DEGREES), aggregated per configuration (CONFIG_COLS) in SQL: n_runs, best
+    tokens_per_sec_per_gpu, first run id, mean recorded all-reduce bandwidths (GB/s; None when no
+    run recorded them). Thousands of rows for a million runs. `exclude`: an extra SQL condition on
+    runs to leave out (tests, bench). Runs with an unknown degree are left out (never read as 1):
+    count_unknown_layout says how many."""
+    cols = [getattr(Run, c) for c in CONFIG_COLS]
+    where = _fit_filter(exclude) + [getattr(Run, d).is_not(None) for d in LAYOUT_DEGREES]
     query = (sa.select(*cols, sa.func.count().label("n_runs"),
                        sa.func.max(Run.tokens_per_sec_per_gpu).label("tokens_per_sec_per_gpu"),
                        sa.func.min(Run.id).label("first_id"),
@@ -190,6 +202,22 @@ def load_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -
                        sa.func.avg(_json_float("ar_intra_node_gb_s")).label("ar_intra_gb_s"))
              .where(*where).group_by(*cols))
     return [dict(r._mapping) for r in session.execute(query)]
+
+
+def count_unknown_layout(session: Session, *, exclude: sa.ColumnElement | None = None) -> int:
+    """How many runs load_configs would read but for an unknown (NULL) dp, tp, pp or cp: skipped
+    as fit data and as layouts to adapt."""
+    unknown = sa.or_(*(getattr(Run, d).is_(None) for d in LAYOUT_DEGREES))
+    query = sa.select(sa.func.count()).select_from(Run).where(*_fit_filter(exclude), unknown)
+    return int(session.execute(query).scalar_one())
+
+
+def skipped_note(n: int) -> str | None:
+    """The note that says `n` runs with an unknown degree were skipped (None when n is 0)."""
+    if not n:
+        return None
+    return (f"{n} successful run(s) with an unknown parallelism degree (dp, tp, pp or cp not stated) "
+            "skipped: not used as fit data nor as layouts to adapt")
 
 
 class Model:

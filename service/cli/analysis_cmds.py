@@ -85,6 +85,8 @@ def _list_sizes(gpu_type: str | None, seq_len: int | None) -> None:
                  title="model sizes with runs (most node counts first); pick one with --model")
 
 
+
+
 @app.command()
 def scaling(
     model: str = typer.Option(None, "--model", help="model size: 8B, 1.34B, 8e9 (left out: list the sizes)"),
