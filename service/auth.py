@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from service.db import locked
 from service.errors import BadRequest, Conflict, NotFound
 from service.tables import ApiToken
 
@@ -58,9 +59,7 @@ def revoke_token(session: Session, token_id: int, *, keep_last_admin: bool = Fal
     if keep_last_admin and row.revoked_at is None and row.scope == "admin":
         query = (sa.select(ApiToken.id).where(ApiToken.scope == "admin", ApiToken.revoked_at.is_(None))
                  .order_by(ApiToken.id))
-        if session.get_bind().dialect.name == "postgresql":
-            query = query.with_for_update()
-        admins = list(session.scalars(query))
+        admins = list(session.scalars(locked(session, query)))
         if admins == [row.id]:
             raise Conflict(f"token {token_id} is the last active admin token of a server bound beyond loopback: "
                            "create another admin token before revoking it",

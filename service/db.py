@@ -223,6 +223,12 @@ _FILE_LOCKS: dict[str, threading.RLock] = {}
 _FILE_LOCKS_GUARD = threading.Lock()
 
 
+def locked(session: Session, query: sa.Select) -> sa.Select:
+    """`query` with SELECT … FOR UPDATE where the backend has row locks (PostgreSQL). DuckDB has
+    no FOR UPDATE; its writes are already serialised by `Database.write_lock`, one writer a file."""
+    return query if session.get_bind().dialect.name == "duckdb" else query.with_for_update()
+
+
 def _file_lock(key: str) -> threading.RLock:
     """The write lock of a DuckDB file, shared by every Database of that file in this process
     ("" — in-memory — gets a lock of its own)."""

@@ -6,7 +6,10 @@ exit-code rule (0 ok, 1 could not do the job, 2 usage)."""
 from __future__ import annotations
 
 import csv
+import os
 import re
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -82,8 +85,10 @@ def test_commands_read_at_80_columns_without_a_tty(loaded, data_dir):
         out = runner.invoke(app, args, env=NARROW)
         assert out.exit_code == 0, (args, out.output)
         assert_readable(out.stdout)
-    assert "39.2%" in runner.invoke(app, ["sql", "SELECT mfu_derived FROM runs WHERE id = 1"], env=NARROW).stdout
-    wide = runner.invoke(app, ["heatmap"], env={"COLUMNS": "200"})
+    assert "39.2%" in runner.invoke(app, ["sql", "SELECT mfu_derived FROM runs ORDER BY id LIMIT 1"], env=NARROW).stdout
+    # rich reads $COLUMNS when the console is built, i.e. when the command starts: a fresh process
+    wide = subprocess.run([sys.executable, "-m", "service.cli", "heatmap"], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"}, check=True)
     assert "left out" not in wide.stdout and "ok/OOM/fail" in wide.stdout
 
 

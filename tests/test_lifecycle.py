@@ -133,7 +133,7 @@ def test_two_serve_processes_on_one_postgresql_see_each_others_writes(pg_session
         [cell] = httpx.get(f"{b.base}/api/v1/heatmap").json()["cells"]
         assert cell["best"]["id"] == run_id
         [cand, *_] = httpx.get(f"{b.base}/api/v1/recommend", params=RECOMMEND).json()["candidates"]
-        assert cand["evidence"]["best_run_id"] == run_id and cand["match"] == "exact"
+        assert cand["measured"]["run_id"] == run_id and cand["origin"] == "recorded on this target"
         # a better run posted to b is a's answer at once
         better = httpx.post(f"{b.base}/api/v1/runs", json=run(run_key="better", tokens_per_sec_per_gpu=5000.0))
         assert httpx.get(f"{a.base}/api/v1/heatmap").json()["cells"][0]["best"]["id"] == better.json()["id"]
@@ -147,16 +147,20 @@ def test_outside_sql_edits_and_deletes_show_in_the_next_answer(client, database)
     ids = {k: client.post("/api/v1/runs", json=run(run_key=k, tokens_per_sec_per_gpu=tps)).json()["id"]
            for k, tps in (("slow", 3000.0), ("fast", 4000.0))}
 
-    def best() -> tuple[int | None, int | None]:
+    def best() -> tuple[int | None, float, int]:
+        """(heatmap cell's best run id, the exact candidate's measured tokens/s and run count)."""
         [cell] = client.get("/api/v1/heatmap").json()["cells"]
-        cands = client.get("/api/v1/recommend", params=RECOMMEND).json()["candidates"]
-        return cell["best"]["id"], cands[0]["evidence"]["best_run_id"]
+        [measured] = [c["measured"] for c in client.get("/api/v1/recommend", params=RECOMMEND).json()["candidates"]
+                      if c["measured"] is not None]
+        return cell["best"]["id"], measured["tokens_per_sec_per_gpu"], measured["n_runs"]
 
-    assert best() == (ids["fast"], ids["fast"])
+    cell_best, before, n = best()
+    assert cell_best == ids["fast"] and n == 2 and 3000.0 <= before <= 4000.0
     with database.engine.begin() as conn:
         conn.execute(sa.text("UPDATE runs SET tokens_per_sec_per_gpu = 9000 WHERE id = :id"), {"id": ids["slow"]})
-    assert best() == (ids["slow"], ids["slow"])
+    cell_best, edited, n = best()
+    assert cell_best == ids["slow"] and n == 2 and edited > before
     with database.engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM runs WHERE id = :id"), {"id": ids["slow"]})
-    assert best() == (ids["fast"], ids["fast"])
+    assert best() == (ids["fast"], 4000.0, 1)
     assert client.get("/api/v1/runs").json()["total"] == 1
