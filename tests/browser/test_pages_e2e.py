@@ -131,12 +131,9 @@ def test_every_page_draws_its_content(site, chrome, data_dir, backend):
     assert "ms round trip" in body_text(chrome)
     shot(chrome, backend, "sql")
 
-    # "What worked?" (its answer is the model's work): it must draw a recommendation for the default target
+    # "What worked?" answers through /recommend and /suggest (the throughput model fitted per
+    # request, seconds here): its answer is checked by the AppTest in tests/test_dashboard_pages.py;
+    # here only that the page draws its form
     bb.visit(chrome, site, "what_worked", timeout_s=120)
-    buttons = [b for b in chrome.find_elements(By.TAG_NAME, "button") if b.text.strip() == "What worked?"]
-    if buttons:
-        buttons[0].click()
-    bb.wait_drawn(chrome, "What worked?", None, timeout_s=120,
-                  extra=lambda d: " TP" in body_text(d) and "PP" in body_text(d) and "DP" in body_text(d))
-    assert "Traceback" not in body_text(chrome)
+    assert "Model size" in body_text(chrome) and "Traceback" not in body_text(chrome)
     shot(chrome, backend, "what_worked")
