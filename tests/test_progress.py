@@ -27,7 +27,8 @@ def write_runs(path, n: int, prefix: str) -> None:
 
 
 # One backend and 20,000 runs: this checks the CLI's display (a 100,000-run import prints the same
-# lines; see the README), and big imports through PostgreSQL take minutes on a small machine; storing runs on both backends is covered by the tests below and test_api_runs.py.
+# lines; see the README), and big imports through PostgreSQL take minutes on a small machine;
+# storing runs on both backends is covered by the tests below and test_api_runs.py.
 @pytest.mark.parametrize("backend", ["duckdb"], indirect=True)
 def test_a_20000_row_import_shows_progress_lines_when_not_a_tty(live_api, tmp_path):
     path = tmp_path / "sweep.jsonl"
