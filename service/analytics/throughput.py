@@ -200,8 +200,15 @@ def load_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -
                        sa.func.max(Run.peak_memory_gib).label("peak_memory_gib"),
                        sa.func.avg(_json_float("allreduce_gb_s")).label("allreduce_gb_s"),
                        sa.func.avg(_json_float("ar_intra_node_gb_s")).label("ar_intra_gb_s"))
-             .where(*where).group_by(*cols))
-    return [dict(r._mapping) for r in session.execute(query)]
+             .where(*where).group_by(*cols).order_by(*cols))
+    rows = [dict(r._mapping) for r in session.execute(query)]
+    # a parallel aggregate's float sum may differ in its last bits from one call to the next: rounded
+    # here so that the same runs always give the same fit (and the same answer to the same request)
+    for r in rows:
+        for k in ("allreduce_gb_s", "ar_intra_gb_s"):
+            if r[k] is not None:
+                r[k] = round(float(r[k]), 6)
+    return rows
 
 
 def count_unknown_layout(session: Session, *, exclude: sa.ColumnElement | None = None) -> int:
