@@ -389,6 +389,38 @@ class TrainingRun:
 
 
 # ---------------------------------------------------------------------- process guard
+class RunCallback:
+    """The state both training-framework callbacks keep (Hugging Face ``Trainer``, Lightning):
+    what to add to the record, where to send it, and the :class:`TrainingRun` of the last job.
+
+    Args:
+        run_fields: DESIGN §2 fields to add or override (name, model_name, gpu_type, tp, ...).
+        client: :class:`ingest.Client` (default: SCALEBOOK_API_URL / SCALEBOOK_TOKEN / spool).
+        warmup_steps: leading optimizer steps not timed (compilation, allocator warm-up).
+        push: False to only build the record (``callback.record``).
+    """
+
+    def __init__(self, run_fields: dict[str, Any] | None = None, client: Any = None, warmup_steps: int = 2,
+                 push: bool = True):
+        super().__init__()
+        self.run_fields = dict(run_fields or {})
+        self.client = client
+        self.warmup_steps = warmup_steps
+        self.push = push
+        self.run: TrainingRun | None = None
+        self._model_fields: dict[str, Any] = {}
+
+    @property
+    def record(self) -> dict[str, Any] | None:
+        """The record of the last training job (None before it ended)."""
+        return self.run.record if self.run else None
+
+    @property
+    def run_key(self) -> str | None:
+        """The run_key of the last training job's record (None before it started)."""
+        return self.run.recorder.run_key if self.run and self.run.recorder else None
+
+
 class _Guard:
     """Closes open runs when the process dies (module doc, "Process guard"); one per process."""
 

@@ -35,6 +35,7 @@ import transformers
 from transformers import TrainerCallback
 
 from ingest.integrations.common import (
+    RunCallback,
     TrainingRun,
     accelerate_fields,
     deepspeed_zero_stage,
@@ -75,7 +76,7 @@ def trainer_fields(args: Any, model: Any) -> dict[str, Any]:
     return out
 
 
-class ScalebookCallback(TrainerCallback):
+class ScalebookCallback(RunCallback, TrainerCallback):
     """``TrainerCallback`` that records one scalebook run per training job (module doc).
 
     Args:
@@ -86,24 +87,6 @@ class ScalebookCallback(TrainerCallback):
 
     After training, ``callback.record`` is the run record and ``callback.run_key`` its key.
     """
-
-    def __init__(self, run_fields: dict[str, Any] | None = None, client: Any = None, warmup_steps: int = 2,
-                 push: bool = True):
-        self.run_fields = dict(run_fields or {})
-        self.client = client
-        self.warmup_steps = warmup_steps
-        self.push = push
-        self.run: TrainingRun | None = None
-        self._model_fields: dict[str, Any] = {}
-
-    @property
-    def record(self) -> dict[str, Any] | None:
-        """The record of the last training job (None before it ended)."""
-        return self.run.record if self.run else None
-
-    @property
-    def run_key(self) -> str | None:
-        return self.run.recorder.run_key if self.run and self.run.recorder else None
 
     def on_init_end(self, args, state, control, model=None, **kwargs):
         if model is not None:  # the model as given to the Trainer: unsharded, unwrapped

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from ingest.integrations.common import (
+    RunCallback,
     TrainingInterrupted,
     TrainingRun,
     batch_shape,
@@ -99,28 +100,13 @@ def trainer_fields(trainer: Any, pl_module: Any) -> dict[str, Any]:
     return out
 
 
-class _Hooks:
+class _Hooks(RunCallback):
     """The callback's hooks; mixed into each Lightning package's ``Callback`` below."""
 
     def __init__(self, run_fields: dict[str, Any] | None = None, client: Any = None, warmup_steps: int = 2,
                  push: bool = True):
-        super().__init__()
-        self.run_fields = dict(run_fields or {})
-        self.client = client
-        self.warmup_steps = warmup_steps
-        self.push = push
-        self.run: TrainingRun | None = None
+        super().__init__(run_fields, client, warmup_steps, push)
         self._last_global_step = 0
-        self._model_fields: dict[str, Any] = {}
-
-    @property
-    def record(self) -> dict[str, Any] | None:
-        """The record of the last ``fit`` (None before it ended)."""
-        return self.run.record if self.run else None
-
-    @property
-    def run_key(self) -> str | None:
-        return self.run.recorder.run_key if self.run and self.run.recorder else None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         # before the strategy wraps or shards the model (FSDP would leave local shard sizes)

@@ -58,7 +58,9 @@ def _num(value: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def _pipe_pairs(body: str) -> dict[str, str]:
+def pipe_pairs(body: str) -> dict[str, str]:
+    """``' key: value | key2: value2 |'`` -> ``{'key': 'value', 'key2': 'value2'}`` (the Megatron /
+    nanotron / NeMo iteration-line layout; a key is what comes before a part's last colon)."""
     out: dict[str, str] = {}
     for part in body.split("|"):
         key, sep, value = part.rpartition(":")
@@ -75,7 +77,7 @@ def nemo(text: str) -> tuple[list[dict], dict, dict, dict]:
     """NeMo 2.0 Lightning progress lines (``train_step_timing in s``)."""
     records = []
     for m in _NEMO_ITER.finditer(text):
-        kv = _pipe_pairs(m.group(3))
+        kv = pipe_pairs(m.group(3))
         step = _num(kv.get("global_step"))
         records.append({
             "step": int(step) if step is not None else int(m.group(1)),

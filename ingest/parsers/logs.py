@@ -130,16 +130,6 @@ def _to_gib(value: float, unit: str) -> float:
     return round(value * _UNITS_GIB[unit.lower()], 4)
 
 
-def _pairs(body: str) -> dict[str, str]:
-    """``' key: value | key2: value2 |'`` -> ``{'key': 'value', 'key2': 'value2'}``."""
-    out: dict[str, str] = {}
-    for part in body.split("|"):
-        key, sep, value = part.rpartition(":")
-        if sep and key.strip():
-            out[key.strip()] = value.strip()
-    return out
-
-
 def _max(values: list[float]) -> float | None:
     return max(values) if values else None
 
@@ -168,7 +158,7 @@ def detect_format(text: str) -> str:
 def _nanotron(text: str) -> tuple[list[dict], dict, dict, dict]:
     records = []
     for m in _NANOTRON_ITER.finditer(text):
-        kv = {k: _human(v) for k, v in _pairs(m.group(3)).items()}
+        kv = {k: _human(v) for k, v in log_formats.pipe_pairs(m.group(3)).items()}
         ms = kv.get("elapsed_time_per_iteration_ms", kv.get("time_per_iteration_ms"))
         records.append(
             {
@@ -191,7 +181,7 @@ def _nanotron(text: str) -> tuple[list[dict], dict, dict, dict]:
     config: dict[str, Any] = {}
     start = re.search(r"\bmbs: \d+ \|.*$", text, re.M)
     if start:
-        kv = {k: _number(v) for k, v in _pairs(start.group(0)).items()}
+        kv = {k: _number(v) for k, v in log_formats.pipe_pairs(start.group(0)).items()}
         mbs, gas, seq, gbs = (kv.get(k) for k in ("mbs", "grad_accum", "sequence_length", "global_batch_size"))
         config.update(micro_batch_size=mbs, grad_accum_steps=gas, seq_len=seq)
         if gbs and seq:
@@ -272,7 +262,7 @@ def _megatron(text: str) -> tuple[list[dict], dict, dict, dict]:
 
     records = []
     for m in _MEGATRON_ITER.finditer(text):
-        kv = _pairs(m.group(3))
+        kv = log_formats.pipe_pairs(m.group(3))
         if "elapsed time per iteration (ms)" not in kv:
             continue
         ms = _number(kv["elapsed time per iteration (ms)"])

@@ -157,7 +157,8 @@ def plan(
     gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """GPUs needed: GPUs = 6·N·tokens / (peak · MFU · time), with the MFU of the nearest recorded run."""
+    """GPUs needed: GPUs = 6·N·tokens / (peak · MFU · time) (Kaplan et al. 2020, C ≈ 6·N·D), with the
+    MFU the throughput model predicts for the target unless --mfu is given."""
     body = fetch("/plan", as_json, model_params=model, tokens=tokens, days=days, gpu_type=gpu_type, mfu=mfu,
                          peak_tflops=peak_tflops, gpus_per_node=gpus_per_node)
     if body is None:

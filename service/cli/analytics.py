@@ -6,7 +6,18 @@ import typer
 from rich.table import Table
 
 from service.cli import render
-from service.cli.base import app, console, fetch
+from service.cli.base import (
+    GlobalBatchOpt,
+    GpusPerNodeOpt,
+    GpuTypeOpt,
+    JsonOpt,
+    ModelOpt,
+    NodesOpt,
+    SeqLenOpt,
+    app,
+    console,
+    fetch,
+)
 from service.cli.render import Col
 from service.families import group_cells
 from service.ranking import config_label as _label
@@ -74,15 +85,15 @@ def _short(cfg: dict) -> str:
 
 @app.command()
 def recommend(
-    model: str = typer.Option(..., "--model", help="model size: 8B, 1.34B, 8e9"),
-    nodes: int = typer.Option(..., "--nodes"),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
-    gpu_type: str = typer.Option(None, "--gpu-type"),
-    seq_len: int = typer.Option(None, "--seq-len"),
-    global_batch_tokens: int = typer.Option(None, "--global-batch-tokens"),
+    model: ModelOpt,
+    nodes: NodesOpt,
+    gpus_per_node: GpusPerNodeOpt = 8,
+    gpu_type: GpuTypeOpt = None,
+    seq_len: SeqLenOpt = None,
+    global_batch_tokens: GlobalBatchOpt = None,
     k: int = typer.Option(5, "-k", help="how many candidates"),
     metric: str = typer.Option("tokens_per_sec_per_gpu", help="tokens_per_sec_per_gpu | mfu"),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: JsonOpt = False,
 ) -> None:
     """"What worked on N nodes for this model?" — configurations ranked by the throughput model's
     prediction for the target; the evidence (recorded runs) beside it."""

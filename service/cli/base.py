@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
@@ -21,6 +21,17 @@ HELP = ("scalebook: results database for distributed LLM-training benchmark swee
         "that do not fit are left out and named below the table; --json prints the API's answer unchanged.")
 app = typer.Typer(help=HELP, no_args_is_help=True, pretty_exceptions_enable=False)
 console = Console()
+
+# The options that name a target (the model, the node count, the hardware, the shapes): one copy,
+# shared by recommend, suggest and the other commands that answer for a target.
+ModelOpt = Annotated[str, typer.Option("--model", help="model size: 8B, 1.34B, 8e9")]
+NodesOpt = Annotated[int, typer.Option("--nodes", help="node count of the target")]
+GpusPerNodeOpt = Annotated[int, typer.Option("--gpus-per-node")]
+GpuTypeOpt = Annotated[str | None, typer.Option("--gpu-type", help="H100, A100-80GB, ... (default: the evidence's)")]
+SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="tokens per sequence (default: the evidence's)")]
+GlobalBatchOpt = Annotated[int | None, typer.Option("--global-batch-tokens",
+                                                   help="tokens per optimizer step (default: the evidence's)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print the API's JSON")]
 err_console = Console(stderr=True)
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"

@@ -12,7 +12,22 @@ import typer
 from rich.table import Table
 
 from service.cli.analytics import _short
-from service.cli.base import Api, ApiError, app, console, fail, fetch, print_json
+from service.cli.base import (
+    Api,
+    ApiError,
+    GlobalBatchOpt,
+    GpusPerNodeOpt,
+    GpuTypeOpt,
+    JsonOpt,
+    ModelOpt,
+    NodesOpt,
+    SeqLenOpt,
+    app,
+    console,
+    fail,
+    fetch,
+    print_json,
+)
 
 
 def _selection(ids: list[int] | None, where: list[str] | None) -> dict[str, Any]:
@@ -72,14 +87,14 @@ def unretire(
 
 @app.command()
 def suggest(
-    model: str = typer.Option(..., "--model", help="model size: 8B, 1.34B, 8e9"),
-    nodes: int = typer.Option(..., "--nodes"),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
-    gpu_type: str = typer.Option(None, "--gpu-type"),
-    seq_len: int = typer.Option(None, "--seq-len"),
-    global_batch_tokens: int = typer.Option(None, "--global-batch-tokens"),
+    model: ModelOpt,
+    nodes: NodesOpt,
+    gpus_per_node: GpusPerNodeOpt = 8,
+    gpu_type: GpuTypeOpt = None,
+    seq_len: SeqLenOpt = None,
+    global_batch_tokens: GlobalBatchOpt = None,
     n: int = typer.Option(5, "-n", help="how many configurations"),
-    as_json: bool = typer.Option(False, "--json", help="print the API's JSON"),
+    as_json: JsonOpt = False,
     fmt: str = typer.Option("table", "--format", help="table | csv (one config per line, for a sweep launcher)"),
 ) -> None:
     """The configurations worth benchmarking next for a target (expected improvement over the
