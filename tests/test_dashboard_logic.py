@@ -446,6 +446,22 @@ def test_explore_query_and_frame(api):
     assert ex.selected_ids(type("E", (), event)()) == [5, 3]
 
 
+def test_explore_ranges_narrow_the_runs_and_show_on_the_parallel_axes():
+    from dashboard.logic import explore as ex
+
+    df = pd.DataFrame({"id": [1, 2, 3, 4], "nodes": [1.0, 2.0, 8.0, None], "mfu_derived": [0.30, 0.41, 0.38, 0.5],
+                       "tp": [1.0, 1.0, 1.0, 1.0], "status": ["success"] * 4})
+    assert ex.bounds(df, "nodes") == (1, 8) and isinstance(ex.bounds(df, "nodes")[0], int)
+    assert ex.bounds(df, "mfu_derived") == (0.30, 0.5)
+    assert ex.bounds(df, "tp") is None  # one value: nothing to narrow
+    narrowed = ex.apply_ranges(df, {"nodes": (2, 8), "mfu_derived": (0.35, 0.45)})
+    assert narrowed["id"].tolist() == [2, 3]  # run 4 has no node count: not in any node range
+    assert ex.apply_ranges(df, {})["id"].tolist() == [1, 2, 3, 4]
+    fig = ex.parallel(narrowed, ["nodes", "mfu_derived"], "status", {"nodes": (2, 8)})
+    dims = fig.data[0].dimensions
+    assert list(dims[0].constraintrange) == [2, 8] and dims[1].constraintrange is None
+
+
 def test_sql_result_table():
     body = {"columns": ["nodes", "n", "n"], "rows": [[1, 65, 2], [2, 120, 3]], "row_count": 2, "truncated": True,
             "elapsed_ms": 3.2}

@@ -314,3 +314,22 @@ def test_explore_page_links_the_scatter_to_the_table(live_api, data_dir):
     assert {t["name"] for t in chart["data"]} == {"success"}  # failures have no tok/s to place
     at.selectbox(key="ex_status").select("oom").run()
     assert f"{statuses['oom']:,} runs" in texts(at)
+
+
+@DUCKDB
+def test_explore_page_ranges_narrow_scatter_parallel_axes_and_table(live_api, data_dir):
+    load(live_api, data_dir, published=False)
+    at = app("app_pages/explore.py")
+    rows = csv_rows(data_dir)
+    nodes = sorted({int(float(r["nodes"])) for r in rows if r.get("nodes")})
+    assert len(nodes) >= 2
+    at.multiselect(key="ex_narrow").set_value(["nodes"]).run()
+    at.slider(key="ex_range_nodes").set_range(nodes[0], nodes[0]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    want = sum(1 for r in rows if r.get("nodes") and float(r["nodes"]) == nodes[0])
+    table = frame_with(at, "id", "nodes")
+    assert len(table) == want and set(table["nodes"].astype(str)) == {str(nodes[0])}  # shown formatted
+    assert f"{want:,} of {len(rows):,} runs in the chosen ranges" in texts(at)
+    parcoords = json.loads(at.get("plotly_chart")[1].proto.spec)["data"][0]
+    narrowed = [d for d in parcoords["dimensions"] if d.get("constraintrange")]
+    assert [d["label"] for d in narrowed] == ["nodes"] and narrowed[0]["constraintrange"] == [nodes[0], nodes[0]]

@@ -1,5 +1,7 @@
 """Explore: a scatter plot and parallel coordinates over any run fields (plotly), coloured by
-status or a metric; a box/lasso selection in the scatter lists those runs in the table below."""
+status or a metric; range filters (sidebar) narrow the scatter, the parallel
+coordinates and the table together, and a box/lasso selection in the scatter lists those runs in
+the table below."""
 
 import streamlit as st
 
@@ -35,7 +37,24 @@ color = c3.selectbox("Colour by", list(ex.COLOR_CHOICES), format_func=ex.COLOR_C
 log_x = c4.toggle("log x", value=x in ex.LOG_FIELDS, key="ex_logx")
 log_y = c4.toggle("log y", value=y in ex.LOG_FIELDS, key="ex_logy")
 
-event = st.plotly_chart(ex.scatter(df, x, y, color, log_x, log_y), key="ex_scatter", on_select="rerun",
+ranges: dict[str, tuple[float, float]] = {}
+with st.sidebar:
+    narrow = st.multiselect("Narrow by range", fields, format_func=ex.NUMERIC_FIELDS.get, key="ex_narrow",
+                            help="The scatter, the parallel coordinates and the table show only the runs in "
+                                 "these ranges")
+    for d in narrow:
+        span = ex.bounds(df, d)
+        if span is None:
+            st.caption(f"{ex.NUMERIC_FIELDS.get(d, d)}: one value only, nothing to narrow")
+            continue
+        lo, hi = st.slider(ex.NUMERIC_FIELDS.get(d, d), span[0], span[1], span, key=f"ex_range_{d}")
+        if (lo, hi) != span:
+            ranges[d] = (lo, hi)
+shown = ex.apply_ranges(df, ranges)
+if ranges:
+    st.caption(f"{len(shown):,} of {len(df):,} runs in the chosen ranges (sidebar)")
+
+event = st.plotly_chart(ex.scatter(shown, x, y, color, log_x, log_y), key="ex_scatter", on_select="rerun",
                         selection_mode=("points", "box", "lasso"), config={"displaylogo": False})
 ids = ex.selected_ids(event)
 
@@ -43,21 +62,22 @@ st.subheader("Parallel coordinates")
 default_dims = ["model_size_class", "nodes", "tp", "pp", "micro_batch_size", "tokens_per_sec_per_gpu", "mfu_derived"]
 dims = st.multiselect("Axes", fields, default=default_dims, format_func=ex.NUMERIC_FIELDS.get, key="ex_dims")
 if len(dims) >= 2:
-    st.plotly_chart(ex.parallel(df, dims, color), key="ex_parcoords", config={"displaylogo": False})
-    st.caption(f"Drag along an axis to brush a range; runs missing one of the axes are left out"
-               f"{f', and only the newest {ex.MAX_LINES:,} are drawn' if len(df) > ex.MAX_LINES else ''}.")
+    st.plotly_chart(ex.parallel(shown, dims, color, ranges), key="ex_parcoords", config={"displaylogo": False})
+    st.caption("Ranges narrowed in the sidebar show as brushed axes. Runs missing one of the axes are left out"
+               f"{f', and only the newest {ex.MAX_LINES:,} are drawn' if len(shown) > ex.MAX_LINES else ''}.")
 else:
     st.info("Pick at least two axes.")
 
 st.subheader("Selected runs")
 if ids:
-    chosen = df[df["id"].isin(ids)]
+    chosen = shown[shown["id"].isin(ids)]
     st.markdown(f"**{len(chosen)} run(s) selected** in the scatter")
     st.page_link("app_pages/runs.py", label="Compare them side by side on the Runs page",
                  query_params={"runs_cmp_ids": ", ".join(str(i) for i in ids[:4])}, icon=":material/compare:")
 else:
-    chosen = df
-    st.caption("Select points in the scatter (click, box or lasso) to list those runs; all runs are listed now.")
+    chosen = shown
+    st.caption("Select points in the scatter (click, box or lasso) to list those runs; "
+               + ("the runs in the chosen ranges are listed now." if ranges else "all runs are listed now."))
 table = chosen[["id", "model_name", "model_size_class", "nodes", "gpu_type", "dp", "tp", "pp", "zero_stage",
                 "micro_batch_size", "grad_accum_steps", "status", "tokens_per_sec_per_gpu", "mfu_derived",
                 "peak_memory_gib"]].rename(columns={"model_size_class": "size_B", "mfu_derived": "mfu"})

@@ -126,10 +126,32 @@ def scatter(df: pd.DataFrame, x: str, y: str, color: str = "status", log_x: bool
     return fig
 
 
-def parallel(df: pd.DataFrame, dims: Sequence[str], color: str = "status") -> go.Figure:
+def bounds(df: pd.DataFrame, field: str) -> tuple[float, float] | None:
+    """(min, max) of a numeric field over the runs that have it (ints when every value is whole, so
+    a slider steps by 1); None when no run has it or all runs have the same value (nothing to narrow)."""
+    values = df[field].dropna() if field in df else pd.Series(dtype=float)
+    if values.empty or values.min() == values.max():
+        return None
+    if (values == values.round()).all():
+        return int(values.min()), int(values.max())
+    return float(values.min()), float(values.max())
+
+
+def apply_ranges(df: pd.DataFrame, ranges: Mapping[str, tuple[float, float]]) -> pd.DataFrame:
+    """The runs whose every field in ``ranges`` (field → (lo, hi), inclusive) lies in its range;
+    a run missing a narrowed field is left out (it cannot be said to lie in the range)."""
+    keep = pd.Series(True, index=df.index)
+    for field, (lo, hi) in ranges.items():
+        keep &= df[field].between(lo, hi)
+    return df[keep]
+
+
+def parallel(df: pd.DataFrame, dims: Sequence[str], color: str = "status",
+             ranges: Mapping[str, tuple[float, float]] | None = None) -> go.Figure:
     """Parallel coordinates over ``dims`` (numeric fields), one line per run (the newest
     :data:`MAX_LINES`); colour by status (codes in :data:`STATUS_COLORS` order) or by a metric. Runs
-    missing a dimension are left out."""
+    missing a dimension are left out. ``ranges`` (field → (lo, hi)) are drawn as the axes' brushed
+    ranges (plotly ``constraintrange``), so the page's range filters show on the chart."""
     data = df.dropna(subset=list(dims)).head(MAX_LINES)  # df is newest first
     if color == "status":
         order = list(STATUS_COLORS)
@@ -141,7 +163,8 @@ def parallel(df: pd.DataFrame, dims: Sequence[str], color: str = "status") -> go
         data = data.dropna(subset=[color])
         line = {"color": data[color], "colorscale": "Viridis", "showscale": True,
                 "colorbar": {"title": {"text": COLOR_CHOICES.get(color, color)}}}
-    dimensions = [{"label": NUMERIC_FIELDS.get(d, d), "values": data[d]} for d in dims]
+    dimensions = [{"label": NUMERIC_FIELDS.get(d, d), "values": data[d],
+                   **({"constraintrange": list(ranges[d])} if ranges and d in ranges else {})} for d in dims]
     fig = go.Figure(go.Parcoords(line=line, dimensions=dimensions))
     # room on the right for the colour bar, clear of the last axis' labels
     fig.update_layout(height=460, margin={"l": 60, "r": 60 if color == "status" else 150, "t": 60, "b": 20})
