@@ -102,6 +102,7 @@ def browser(tmp_path, monkeypatch):
 
 
 def test_heatmap_renders_the_best_config_in_a_real_browser(dashboard, browser, data_dir):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -111,17 +112,19 @@ def test_heatmap_renders_the_best_config_in_a_real_browser(dashboard, browser, d
     browser.get(f"{dashboard}/?hm_metric=tokens%2Fs+per+GPU")
 
     def chart_lines(driver) -> list[str]:
-        """Plotly's SVG text, one entry per line (multi-line cell text is split into <tspan>s)."""
-        svg = driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot svg text")
-        lines = [t.text for t in driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot svg text tspan")]
-        return lines + [t.text for t in svg if t.text]
+        """Plotly's SVG text, one entry per line (multi-line cell text is split into <tspan>s), read
+        in one script in the page: no element handle to go stale while plotly redraws."""
+        return driver.execute_script(
+            "const q = s => [...document.querySelectorAll(s)].map(e => e.textContent);"
+            "return q('.js-plotly-plot svg text tspan').concat(q('.js-plotly-plot svg text').filter(t => t));")
 
     def ready(driver) -> bool:
         body = driver.find_element(By.TAG_NAME, "body").text
         return f"{dims} · {rest} · " in body and f" tok/s · {mfu} · " in body and dims in chart_lines(driver)
 
     try:
-        WebDriverWait(browser, 60, poll_frequency=0.5).until(ready)
+        WebDriverWait(browser, 60, poll_frequency=0.5,
+                      ignored_exceptions=(StaleElementReferenceException,)).until(ready)
     finally:
         OUTPUT.mkdir(exist_ok=True)
         time.sleep(1.0)  # let plotly finish its transition before the picture
