@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, create_model
 
 from service import __version__
@@ -63,17 +63,7 @@ class CellRuns(BaseModel):
     runs: list[RunOut]
 
 
-def _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, started_after, started_before):
-    return hm.HeatmapFilters(gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens,
-                             framework=framework, precision=precision,
-                             started_after=naive_utc(started_after) if started_after else None,
-                             started_before=naive_utc(started_before) if started_before else None)
-
-
-@router.get("/heatmap", response_model=Heatmap, dependencies=[READ])
-def heatmap(
-    session: SessionDep,
-    metric: Metric = "tokens_per_sec_per_gpu",
+def heatmap_filters(
     gpu_type: Annotated[str | None, Query(max_length=100)] = None,
     seq_len: Annotated[int | None, Query(ge=1)] = None,
     global_batch_tokens: Annotated[int | None, Query(ge=1)] = None,
@@ -81,6 +71,24 @@ def heatmap(
     precision: Annotated[str | None, Query(max_length=32)] = None,
     started_after: datetime | None = None,
     started_before: datetime | None = None,
+) -> hm.HeatmapFilters:
+    """The heatmap's slice from the query string (one copy for /heatmap and /heatmap/cell): runs
+    of that GPU type, sequence length (tokens), global batch (tokens), framework and precision,
+    started in [started_after, started_before) (ISO 8601; naive times are UTC)."""
+    return hm.HeatmapFilters(gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens,
+                             framework=framework, precision=precision,
+                             started_after=naive_utc(started_after) if started_after else None,
+                             started_before=naive_utc(started_before) if started_before else None)
+
+
+FiltersDep = Annotated[hm.HeatmapFilters, Depends(heatmap_filters)]
+
+
+@router.get("/heatmap", response_model=Heatmap, dependencies=[READ])
+def heatmap(
+    session: SessionDep,
+    filters: FiltersDep,
+    metric: Metric = "tokens_per_sec_per_gpu",
 ) -> Response:
     """Best run per (model size class, nodes) cell (Ultra-Scale Playbook heatmap).
 
@@ -93,7 +101,6 @@ def heatmap(
     `config_label` is its config as "DP8 TP1 PP1 GAS16 Z1 MBS2". Counts split successful / OOM /
     other failed runs; a cell with only failures has `best: null`.
     """
-    filters = _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, started_after, started_before)
     cells = hm.heatmap(session, filters, metric)
     return model_response(Heatmap, {"metric": metric, "cells": [
         {**c, "config_label": config_label(c["best"]) if c["best"] else None} for c in cells]})
@@ -104,18 +111,11 @@ def heatmap_cell(
     session: SessionDep,
     model_size_class: Annotated[float, Query(gt=0, allow_inf_nan=False)],
     nodes: Annotated[int, Query(ge=1)],
+    filters: FiltersDep,
     metric: Metric = "tokens_per_sec_per_gpu",
-    gpu_type: Annotated[str | None, Query(max_length=100)] = None,
-    seq_len: Annotated[int | None, Query(ge=1)] = None,
-    global_batch_tokens: Annotated[int | None, Query(ge=1)] = None,
-    framework: Annotated[str | None, Query(max_length=200)] = None,
-    precision: Annotated[str | None, Query(max_length=32)] = None,
-    started_after: datetime | None = None,
-    started_before: datetime | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
 ) -> Response:
     """Every run of one heatmap cell: successes best first, then failures (same filters as /heatmap)."""
-    filters = _filters(gpu_type, seq_len, global_batch_tokens, framework, precision, started_after, started_before)
     runs = hm.cell_runs(session, filters, model_size_class, nodes, metric, limit)
     return model_response(CellRuns, {"model_size_class": model_size_class, "nodes": nodes, "runs": runs})
 
