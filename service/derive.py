@@ -182,6 +182,8 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
     row["mfu_derived"] = row["hfu_derived"] = row["mfu_method"] = None
     if precision is None and hardware.lookup(row.get("gpu_type")) is not None:
         row["mfu_method"] = "precision unknown: no MFU (the peak depends on the precision)"
+    elif precision is not None and peak is None and hardware.lookup(row.get("gpu_type")) is not None:
+        row["mfu_method"] = f"no {precision} peak for this GPU: no MFU"  # (String(64))
     tps = row.get("tokens_per_sec_per_gpu")
     if peak:
         if n_params and tps is not None:

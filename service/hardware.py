@@ -67,6 +67,19 @@ CATALOG: tuple[Accelerator, ...] = (
         patterns=(r"\bb200",),
     ),
     Accelerator(
+        "GH200-144GB", 144.0, {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0, "tf32": 494.0, "fp32": 67.0},
+        "NVIDIA GH200 Grace Hopper Superchip datasheet (144 GB HBM3e; dense = half the sparse figure)",
+        patterns=(r"gh200.*(144|141)\s*g",),
+    ),
+    Accelerator(
+        "GH200", 96.0, {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0, "tf32": 494.0, "fp32": 67.0},
+        "NVIDIA GH200 Grace Hopper Superchip datasheet (Hopper GPU, dense = half the sparse figure; both "
+        "variants have the same peaks). memory_gib: the 96 GB HBM3 part (nvidia-smi: \"GH200 480GB\", the "
+        "superchip's CPU+GPU memory); a GH200 named without its size gets the smaller of the two, so the "
+        "memory model never calls fitting what might not",
+        patterns=(r"gh200",),
+    ),
+    Accelerator(
         "H200-SXM-141GB", 141.0, {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0, "tf32": 494.0, "fp32": 67.0},
         "NVIDIA H200 Tensor Core GPU datasheet (SXM, dense = half the sparse figure)",
         patterns=(r"h200",),
@@ -103,6 +116,27 @@ CATALOG: tuple[Accelerator, ...] = (
         patterns=(r"a100",),
     ),
     Accelerator(
+        "V100-SXM2-32GB", 32.0, {"fp16": 125.0, "fp32": 15.7},
+        "NVIDIA Tesla V100 datasheet (SXM2: 125 TFLOPS tensor FP16, 15.7 FP32; no BF16, so a bf16 run "
+        "on it has no MFU). Matched only when the name says SXM2 and the size (nvidia-smi: Tesla V100-SXM2-32GB)",
+        patterns=(r"v100.*sxm.*32",),
+    ),
+    Accelerator(
+        "V100-SXM2-16GB", 16.0, {"fp16": 125.0, "fp32": 15.7},
+        "NVIDIA Tesla V100 datasheet (SXM2: 125 TFLOPS tensor FP16, 15.7 FP32; no BF16)",
+        patterns=(r"v100.*sxm.*16",),
+    ),
+    Accelerator(
+        "V100-PCIe-32GB", 32.0, {"fp16": 112.0, "fp32": 14.0},
+        "NVIDIA Tesla V100 datasheet (PCIe: 112 TFLOPS tensor FP16, 14 FP32; no BF16)",
+        patterns=(r"v100.*pcie.*32",),
+    ),
+    Accelerator(
+        "V100-PCIe-16GB", 16.0, {"fp16": 112.0, "fp32": 14.0},
+        "NVIDIA Tesla V100 datasheet (PCIe: 112 TFLOPS tensor FP16, 14 FP32; no BF16)",
+        patterns=(r"v100.*pcie.*16",),
+    ),
+    Accelerator(
         "L40S", 48.0, {"bf16": 362.0, "fp16": 362.0, "fp8": 733.0, "tf32": 183.0, "fp32": 91.6},
         "NVIDIA L40S datasheet (dense)",
         patterns=(r"l40s",),
@@ -137,6 +171,10 @@ LINKS: dict[str, tuple[float, float, str]] = {
     "GB200": (900.0, 50.0, "NVLink 5 1.8 TB/s bidirectional; ConnectX-7 400 Gb/s per GPU (GB200 NVL72 datasheet)"),
     "B300": (900.0, 100.0, "NVLink 5 1.8 TB/s bidirectional; ConnectX-8 800 Gb/s per GPU (HGX B300 datasheet)"),
     "B200": (900.0, 50.0, "NVLink 5 1.8 TB/s bidirectional; 8x ConnectX-7 400 Gb/s (DGX B200 datasheet)"),
+    "GH200-144GB": (450.0, 50.0, "NVLink 4 900 GB/s bidirectional GPU-to-GPU (GH200 datasheet); ConnectX-7 "
+                    "400 Gb/s per superchip (GH200 reference systems)"),
+    "GH200": (450.0, 50.0, "NVLink 4 900 GB/s bidirectional GPU-to-GPU (GH200 datasheet); ConnectX-7 400 Gb/s "
+              "per superchip (GH200 reference systems)"),
     "H200-SXM-141GB": (450.0, 50.0, "NVLink 4 900 GB/s bidirectional; 400 Gb/s NIC per GPU (H200 datasheet, HGX H200)"),
     "H100-PCIe-80GB": (64.0, 25.0, "PCIe Gen5 x16 128 GB/s bidirectional (H100 PCIe datasheet); 200 Gb/s NIC assumed"),
     "H100-NVL-94GB": (300.0, 50.0,
@@ -148,6 +186,14 @@ LINKS: dict[str, tuple[float, float, str]] = {
                       "per DGX A100 (DGX A100 user guide)"),
     "A100-SXM-80GB": (300.0, 25.0, "NVLink 3 600 GB/s bidirectional (A100 datasheet); 8x ConnectX-6 200 Gb/s "
                       "per DGX A100 (DGX A100 user guide)"),
+    "V100-SXM2-32GB": (150.0, 6.25, "NVLink 2 300 GB/s bidirectional (V100 datasheet); 4x EDR 100 Gb/s per "
+                       "8 GPUs in a DGX-1 (DGX-1 user guide)"),
+    "V100-SXM2-16GB": (150.0, 6.25, "NVLink 2 300 GB/s bidirectional (V100 datasheet); 4x EDR 100 Gb/s per "
+                       "8 GPUs in a DGX-1 (DGX-1 user guide)"),
+    "V100-PCIe-32GB": (16.0, 6.25, "no NVLink: PCIe Gen3 x16 32 GB/s bidirectional (V100 datasheet); 100 Gb/s "
+                       "NIC per 2 GPUs assumed"),
+    "V100-PCIe-16GB": (16.0, 6.25, "no NVLink: PCIe Gen3 x16 32 GB/s bidirectional (V100 datasheet); 100 Gb/s "
+                       "NIC per 2 GPUs assumed"),
     "L40S": (32.0, 25.0, "no NVLink: PCIe Gen4 x16 64 GB/s bidirectional (L40S datasheet); 200 Gb/s NIC assumed"),
     "MI300X": (448.0, 50.0, "Infinity Fabric 7 links, 896 GB/s bidirectional (MI300X datasheet); 400 Gb/s NIC per GPU"),
     "MI250X": (200.0, 25.0, "Infinity Fabric 400 GB/s bidirectional peer (MI250X datasheet); 200 Gb/s NIC"),

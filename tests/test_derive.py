@@ -32,6 +32,22 @@ def test_every_published_gpu_type_is_in_the_catalog(data_dir):
     assert hardware.canonical_gpu_type("TPU v5p-128") == "TPU-v5p"
     assert hardware.canonical_gpu_type("Voodoo2") is None
     assert all(acc.source for acc in hardware.CATALOG)
+    assert all(acc.name in hardware.LINKS for acc in hardware.CATALOG)
+
+
+@pytest.mark.parametrize("reported, canonical", [
+    # nvidia-smi names: a GH200 is not an H200, and a V100 is matched only with its form factor and size
+    ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA GH200 144G HBM3e", "GH200-144GB"), ("GH200", "GH200"),
+    ("NVIDIA H200", "H200-SXM-141GB"), ("Tesla V100-SXM2-32GB", "V100-SXM2-32GB"),
+    ("Tesla V100-PCIE-16GB", "V100-PCIe-16GB"), ("V100", None)])
+def test_catalog_names(reported, canonical):
+    assert hardware.canonical_gpu_type(reported) == canonical
+
+
+def test_no_bf16_peak_on_a_gpu_without_bf16():
+    # V100 has FP16 tensor cores only: a bf16 run on it gets no MFU rather than one against another peak
+    assert hardware.peak_tflops("Tesla V100-SXM2-32GB", "bf16") is None
+    assert hardware.peak_tflops("Tesla V100-SXM2-32GB", "fp16") == 125.0
 
 
 @pytest.mark.parametrize("raw, key", [("torch.bfloat16", "bf16"), ("amp_bf16", "bf16"), ("FP8", "fp8"),
@@ -144,3 +160,11 @@ def test_unknown_precision_gets_no_mfu_and_says_why():
     fp8, _ = complete({**rec, "precision": "fp8"})
     bf16, _ = complete({**rec, "precision": "bf16"})
     assert bf16["mfu_derived"] == pytest.approx(2 * fp8["mfu_derived"], rel=0.01)
+
+
+def test_a_bf16_run_on_a_v100_is_stored_without_an_mfu_and_says_why():
+    rec = RunIn(model_params=1_300_000_000, nodes=1, gpus_per_node=8, gpu_type="Tesla V100-SXM2-32GB",
+                precision="bf16", tokens_per_sec_per_gpu=3000.0, seq_len=2048).model_dump()
+    row, errors = complete(rec)
+    assert not errors and row["gpu_type"] == "V100-SXM2-32GB"
+    assert row["mfu_derived"] is None and "no bf16 peak" in row["mfu_method"] and len(row["mfu_method"]) <= 64
