@@ -130,6 +130,37 @@ def visit(driver: Any, base_url: str, page: str, query: str = "", timeout_s: flo
     return time.perf_counter() - start
 
 
+_NAVIGATE_JS = """
+const [page] = arguments;
+const want = '/' + page;
+const links = [...document.querySelectorAll("[data-testid='stSidebarNav'] a")];
+const link = links.find(a => new URL(a.href).pathname.replace(/\\/$/, '') === want.replace(/\\/$/, '')
+                             || (page === '' && new URL(a.href).pathname === '/'));
+if (!link) return false;
+link.click();
+return true;
+"""
+
+_NOT_STALE_JS = """
+return !document.querySelector("[data-stale='true']");
+"""
+
+
+def navigate(driver: Any, page: str, timeout_s: float = 60) -> float:
+    """Open a page through the sidebar's navigation link, as a user does within a session (the
+    browser keeps Streamlit's and plotly's JavaScript: no page load), and return the seconds from
+    the click until its content is drawn and no element of the previous page is left (stale).
+    Raises TimeoutError when it is not; LookupError when the sidebar has no link to ``page``."""
+    marker, selector = PAGES[page]
+    start = time.perf_counter()
+    if not driver.execute_script(_NAVIGATE_JS, page):
+        raise LookupError(f"no sidebar link to /{page}")
+    time.sleep(0.05)  # the click starts a script run: let the status widget show it
+    wait_drawn(driver, marker, selector, timeout_s,
+               extra=lambda d: bool(d.execute_script(_NOT_STALE_JS)) and d.current_url.rstrip("/").endswith(page))
+    return time.perf_counter() - start
+
+
 def free_port() -> int:
     """A free loopback TCP port."""
     import socket
