@@ -330,6 +330,8 @@ def test_explore_page_ranges_narrow_scatter_parallel_axes_and_table(live_api, da
     table = frame_with(at, "id", "nodes")
     assert len(table) == want and set(table["nodes"].astype(str)) == {str(nodes[0])}  # shown formatted
     assert f"{want:,} of {len(rows):,} runs in the chosen ranges" in texts(at)
+    assert len(at.get("plotly_chart")) == 1  # the parallel coordinates are drawn on request
+    at.toggle(key="ex_parcoords_on").set_value(True).run()
     parcoords = json.loads(at.get("plotly_chart")[1].proto.spec)["data"][0]
     narrowed = [d for d in parcoords["dimensions"] if d.get("constraintrange")]
     assert [d["label"] for d in narrowed] == ["nodes"] and narrowed[0]["constraintrange"] == [nodes[0], nodes[0]]

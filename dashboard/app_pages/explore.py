@@ -59,14 +59,18 @@ event = st.plotly_chart(ex.scatter(shown, x, y, color, log_x, log_y), key="ex_sc
 ids = ex.selected_ids(event)
 
 st.subheader("Parallel coordinates")
-default_dims = ["model_size_class", "nodes", "tp", "pp", "micro_batch_size", "tokens_per_sec_per_gpu", "mfu_derived"]
-dims = st.multiselect("Axes", fields, default=default_dims, format_func=ex.NUMERIC_FIELDS.get, key="ex_dims")
-if len(dims) >= 2:
-    st.plotly_chart(ex.parallel(shown, dims, color, ranges), key="ex_parcoords", config={"displaylogo": False})
-    st.caption("Ranges narrowed in the sidebar show as brushed axes. Runs missing one of the axes are left out"
-               f"{f', and only the newest {ex.MAX_LINES:,} are drawn' if len(shown) > ex.MAX_LINES else ''}.")
-else:
-    st.info("Pick at least two axes.")
+# drawn on request: plotly's parallel coordinates are WebGL, ~2 s to set up in a browser without a
+# GPU (bench/RESULTS.md, page timing), whatever the number of lines
+if st.toggle("Draw the parallel coordinates", value=False, key="ex_parcoords_on", bind="query-params"):
+    default_dims = ["model_size_class", "nodes", "tp", "pp", "micro_batch_size", "tokens_per_sec_per_gpu",
+                    "mfu_derived"]
+    dims = st.multiselect("Axes", fields, default=default_dims, format_func=ex.NUMERIC_FIELDS.get, key="ex_dims")
+    if len(dims) >= 2:
+        st.plotly_chart(ex.parallel(shown, dims, color, ranges), key="ex_parcoords", config={"displaylogo": False})
+        st.caption("Ranges narrowed in the sidebar show as brushed axes. Runs missing one of the axes are left out"
+                   f"{f', and only the newest {ex.MAX_LINES:,} are drawn' if len(shown) > ex.MAX_LINES else ''}.")
+    else:
+        st.info("Pick at least two axes.")
 
 st.subheader("Selected runs")
 if ids:
