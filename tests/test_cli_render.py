@@ -107,3 +107,25 @@ def test_exit_codes_follow_the_documented_rule(monkeypatch):
     monkeypatch.setenv("SCALEBOOK_API_URL", "http://127.0.0.1:9")
     down = runner.invoke(app, ["runs"])
     assert down.exit_code == 1 and "cannot reach the scalebook API" in down.output
+
+
+def test_recommend_table_names_recompute_once_and_the_evidence_hardware(capsys, monkeypatch):
+    from service.cli.analytics import render_recommendation
+
+    monkeypatch.setenv("COLUMNS", "80")
+    cfg = {"dp": 64, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero_stage": 3, "micro_batch_size": 6,
+           "grad_accum_steps": 3, "recompute": "full"}
+    body = {"target": {"model_size_class": 8.0, "nodes": 8, "gpus_per_node": 8, "gpu_type": "H100-SXM-80GB",
+                       "seq_len": 2048, "global_batch_tokens": 2359296},
+            "model": {"status": "fitted", "n_runs": 77, "framework": "nanotron", "gpu_type": "H100-SXM-80GB",
+                      "loo_median_rel_err": 0.06},
+            "notes": [], "candidates": [{
+                "config": cfg, "measured": None,
+                "predicted": {"tokens_per_sec_per_gpu": 2818.0, "interval": [2418.0, 3285.0], "mfu": 0.466,
+                              "peak_memory_gib": 29.0},
+                "evidence": [{"run_id": 455, "model_size_class": 30.0, "nodes": 16, "gpu_type": "A100-SXM-40GB",
+                              "distance": 2.01}]}]}
+    render_recommendation(body)
+    out = capsys.readouterr().out
+    assert out.count("RC:full") == 1 and "A100-SXM-40GB" in out and "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= 80

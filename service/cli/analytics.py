@@ -75,14 +75,6 @@ def heatmap(
     render.table(console, cols, rows, title=f"best run per model family × nodes (ranked by {ranked})")
 
 
-def _short(cfg: dict) -> str:
-    """A config in a few characters: DP64 TP1 PP1 Z1 MBS2 GAS2 (+ CP/recompute when used)."""
-    text = _label(cfg)
-    if cfg.get("recompute") not in (None, "none"):
-        text += f" RC:{cfg['recompute']}"
-    return text
-
-
 @app.command()
 def recommend(
     model: ModelOpt,
@@ -133,6 +125,6 @@ def render_recommendation(body: dict) -> None:
             if e["gpu_type"] != t["gpu_type"]:
                 where += f" {e['gpu_type']}"
             ev.append(f"#{e['run_id']} {where} d={e['distance']:.2f}")
-        table.add_row(str(i), _short(c["config"]), pred, f"{100 * p['mfu']:.1f}%", f"{p['peak_memory_gib']:.0f}",
+        table.add_row(str(i), _label(c["config"]), pred, f"{100 * p['mfu']:.1f}%", f"{p['peak_memory_gib']:.0f}",
                       "\n".join(ev) or "–")
     console.print(table)

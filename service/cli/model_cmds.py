@@ -11,7 +11,6 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from service.cli.analytics import _short
 from service.cli.base import (
     Api,
     ApiError,
@@ -28,6 +27,7 @@ from service.cli.base import (
     fetch,
     print_json,
 )
+from service.ranking import config_label
 
 
 def _selection(ids: list[int] | None, where: list[str] | None) -> dict[str, Any]:
@@ -123,7 +123,7 @@ def suggest(
     for i, s in enumerate(body["suggestions"], 1):
         p = s["predicted"]
         lo, hi = p["interval"]
-        table.add_row(str(i), _short(s["config"]), f"{p['tokens_per_sec_per_gpu']:,.0f}\n[{lo:,.0f}–{hi:,.0f}]",
+        table.add_row(str(i), config_label(s["config"]), f"{p['tokens_per_sec_per_gpu']:,.0f}\n[{lo:,.0f}–{hi:,.0f}]",
                       f"{100 * s['expected_improvement']:.1f}%", f"{p['peak_memory_gib']:.0f}", s["why"])
     console.print(table)
 
