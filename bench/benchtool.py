@@ -93,7 +93,7 @@ def load_templates(data_dir: Path | None = None) -> list[dict[str, Any]]:
     data_dir = data_dir or example_data_dir()
     records: list[dict[str, Any]] = []
     for path in sorted((data_dir / "nanotron").glob("*.csv")):
-        records += nanotron.parse_file(path).records
+        records += nanotron.parse_file(path, gpu_type=nanotron.PLAYBOOK_GPU_TYPE).records
     for path in sorted((data_dir / "published").glob("*.csv")):
         records += table.parse_file(path).records
     templates = []

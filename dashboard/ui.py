@@ -20,7 +20,8 @@ from dashboard.api import ApiDown, ApiError, Unauthorized, api_url
 from dashboard.logic import options as opt
 
 EMPTY_DB = ("The database has no runs yet. Import some through the API, e.g. "
-            "`scalebook import nanotron FILE` (a nanotron bench CSV such as the Ultra-Scale Playbook sweep), "
+            "`scalebook import nanotron --gpu-type GPU FILE` (a nanotron bench CSV such as the Ultra-Scale "
+            "Playbook sweep, run on H100-SXM-80GB), "
             "`scalebook import table FILE` (a published results table) or `scalebook push FILE` (JSON/JSONL "
             "records); `scalebook up` starts everything with the example data.")
 

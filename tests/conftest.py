@@ -177,6 +177,14 @@ def live_api(database, settings, monkeypatch):
         yield server.url
 
 
+def playbook_sample(data_dir: Path):
+    """The shipped nanotron sample parsed as its importer is told to: the Ultra-Scale Playbook sweep
+    ran on H100 SXM (the file does not say which GPU)."""
+    from ingest.parsers import nanotron
+
+    return nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv", gpu_type=nanotron.PLAYBOOK_GPU_TYPE)
+
+
 def post_records(client, records: list[dict], batch: int = 500) -> tuple[int, list[dict]]:
     """POST parser records through the API in batches (TestClient or httpx.Client); rows the API
     rejects (422 details[].index) are set aside and the rest resent. Returns (stored, rejected)."""
@@ -198,8 +206,7 @@ def post_records(client, records: list[dict], batch: int = 500) -> tuple[int, li
 @pytest.fixture
 def nanotron_client(client, data_dir):
     """`client` with the Ultra-Scale Playbook nanotron sample loaded through the API."""
-    from ingest.parsers import nanotron
 
-    stored, rejected = post_records(client, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+    stored, rejected = post_records(client, playbook_sample(data_dir).records)
     assert rejected == [] and stored > 0
     return client

@@ -13,7 +13,7 @@ import sys
 
 import httpx
 import pytest
-from conftest import post_records
+from conftest import playbook_sample, post_records
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -53,9 +53,9 @@ def test_columns_are_dropped_by_rank_and_named():
 
 @pytest.fixture
 def loaded(live_api, data_dir):
-    from ingest.parsers import nanotron, table
+    from ingest.parsers import table
 
-    records = list(nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+    records = list(playbook_sample(data_dir).records)
     for path in sorted((data_dir / "published").glob("*.csv")):
         records += table.parse_file(path).records
     with httpx.Client(base_url=live_api, timeout=120) as client:

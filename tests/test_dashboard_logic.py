@@ -12,7 +12,7 @@ from datetime import datetime
 
 import pandas as pd
 import pytest
-from conftest import post_records
+from conftest import playbook_sample, post_records
 from fastapi.testclient import TestClient
 
 from dashboard.api import ApiDown, ApiError, Client, clean_params
@@ -57,14 +57,13 @@ def playbook_text(row: dict) -> str:
 @pytest.fixture(scope="module")
 def api(duckdb_template, tmp_path_factory, data_dir):
     """A TestClient over a DuckDB file holding the nanotron sample (loaded through the API)."""
-    from ingest.parsers import nanotron
 
     path = tmp_path_factory.mktemp("dashboard_logic") / "scalebook.duckdb"
     shutil.copy(duckdb_template, path)
     db = Database(f"duckdb:///{path}")
     db.prepare(auto_upgrade=False)
     with TestClient(create_app(db, Settings(database_url=None))) as client:
-        stored, rejected = post_records(client, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+        stored, rejected = post_records(client, playbook_sample(data_dir).records)
         assert stored == 312 and not rejected
         yield client
     db.dispose()

@@ -15,7 +15,7 @@ import httpx
 import pandas as pd
 import pytest
 import streamlit as st
-from conftest import free_port, post_records
+from conftest import free_port, playbook_sample, post_records
 from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
@@ -55,9 +55,9 @@ def csv_summary(row: dict) -> str:
 
 def load(url: str, data_dir, published: bool = True) -> int:
     """POST the nanotron sample (and the published tables) through the API; returns runs stored."""
-    from ingest.parsers import nanotron, table
+    from ingest.parsers import table
 
-    records = list(nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+    records = list(playbook_sample(data_dir).records)
     if published:
         for path in sorted((data_dir / "published").glob("*.csv")):
             records += table.parse_file(path).records
@@ -149,7 +149,7 @@ def test_heatmap_page_shows_the_best_config_per_cell(live_api, data_dir, backend
 @DUCKDB
 def test_heatmap_empty_database_says_how_to_import(live_api):
     at = app()
-    assert any("scalebook import nanotron FILE" in i.value for i in at.info)
+    assert any("scalebook import nanotron --gpu-type GPU FILE" in i.value for i in at.info)
     assert not at.error
 
 

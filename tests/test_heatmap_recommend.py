@@ -8,6 +8,7 @@ import json
 from collections import defaultdict
 
 import pytest
+from conftest import playbook_sample
 
 
 def sample_rows(data_dir):
@@ -163,12 +164,11 @@ def test_throughput_model_predicts_held_out_cells(database, data_dir):
     the median error is bounded and the best predicted 4-node layout is among the measured best."""
     import statistics
 
-    from ingest.parsers import nanotron
     from service import store
     from service.analytics import throughput as th
     from service.tables import Run
 
-    records = nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records
+    records = playbook_sample(data_dir).records
     with database.session(write=True) as s:
         store.store_runs(s, records)
     with database.session() as s:
@@ -267,11 +267,10 @@ def test_suggest_cli_matches_the_api(live_api, data_dir):
     from conftest import post_records
     from typer.testing import CliRunner
 
-    from ingest.parsers import nanotron
     from service.cli import app
 
     with httpx.Client(base_url=live_api, timeout=120) as http:
-        post_records(http, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+        post_records(http, playbook_sample(data_dir).records)
         api_body = http.get("/api/v1/suggest", params={"model_params": "1.34B", "nodes": 8, "n": 3}).json()
     runner = CliRunner()
     out = runner.invoke(app, ["suggest", "--model", "1.34B", "--nodes", "8", "-n", "3", "--json"])

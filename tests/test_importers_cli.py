@@ -13,6 +13,9 @@ from service.cli import app
 
 runner = CliRunner()
 
+#: the shipped nanotron files are the Ultra-Scale Playbook sweep, run on H100 SXM (the files do not say)
+NANOTRON = ("import", "nanotron", "--gpu-type", "H100-SXM-80GB")
+
 
 def cli_json(*args, code: int = 0) -> dict:
     result = runner.invoke(app, [*args, "--json"])
@@ -75,9 +78,9 @@ def test_import_every_published_table_twice(live_api, data_dir, tmp_path):
 def test_import_nanotron_sample_twice(live_api, data_dir, tmp_path):
     path = data_dir / "nanotron" / "bench_sample.csv"
     rows = data_rows(path)
-    first = cli_json("import", "nanotron", str(path), "--rejects", str(tmp_path / "r.csv"))
+    first = cli_json(*NANOTRON, str(path), "--rejects", str(tmp_path / "r.csv"))
     assert first == {**first, "read": len(rows), "stored": len(rows), "rejected": 0, "already_present": 0}
-    again = cli_json("import", "nanotron", str(path))
+    again = cli_json(*NANOTRON, str(path))
     assert (again["stored"], again["already_present"]) == (0, len(rows))
     import httpx
 
@@ -98,7 +101,7 @@ def test_import_nanotron_rejects_bad_rows(live_api, data_dir, tmp_path):
         w.writeheader()
         w.writerows(src)
     rejects = tmp_path / "bench.rejects.csv"
-    summary = cli_json("import", "nanotron", str(path), "--rejects", str(rejects), code=1)
+    summary = cli_json(*NANOTRON, str(path), "--rejects", str(rejects), code=1)
     assert (summary["read"], summary["stored"], summary["rejected"]) == (5, 3, 2)
     with open(rejects, newline="") as fh:
         reasons = [r["reason"] for r in csv.DictReader(fh)]
@@ -125,7 +128,7 @@ def test_cli_recommend_and_heatmap_tables(live_api, data_dir, monkeypatch):
     from service.cli.base import console
 
     monkeypatch.setattr(console, "width", 200)  # rich fixed its width at import; tables are wide
-    cli_json("import", "nanotron", str(data_dir / "nanotron" / "bench_sample.csv"))
+    cli_json(*NANOTRON, str(data_dir / "nanotron" / "bench_sample.csv"))
     rows = [r for r in data_rows(data_dir / "nanotron" / "bench_sample.csv")
             if r["status"] == "Success" and float(r["nodes"]) == 2]
     best = max(rows, key=lambda r: float(r["tok/s/gpu"]))
@@ -164,12 +167,19 @@ def test_unknown_column_is_refused_with_the_nearest_name(live_api, data_dir, tmp
         w = csv.DictWriter(fh, fieldnames=list(src[0]))
         w.writeheader()
         w.writerows(src)
-    out = runner.invoke(app, ["import", "nanotron", str(path)])
+    out = runner.invoke(app, [*NANOTRON, str(path)])
     assert out.exit_code == 1
     assert "'tokens_per_sec_per_gup' (did you mean 'tokens_per_sec_per_gpu'?)" in " ".join(out.output.split())
     assert _runs_total(live_api) == 0  # nothing stored
-    mapped = cli_json("import", "nanotron", str(path), "--map", "tokens_per_sec_per_gup=tok/s/gpu")
+    mapped = cli_json(*NANOTRON, str(path), "--map", "tokens_per_sec_per_gup=tok/s/gpu")
     assert (mapped["stored"], mapped["rejected"]) == (3, 0)
+
+
+def test_nanotron_import_without_a_gpu_type_stores_nothing_and_says_why(live_api, data_dir):
+    out = runner.invoke(app, ["import", "nanotron", str(data_dir / "nanotron" / "bench_sample.csv")])
+    assert out.exit_code == 1
+    assert "does not say which GPU it ran on" in " ".join(out.output.split())
+    assert _runs_total(live_api) == 0
 
 
 def test_unknown_table_column_and_extra_columns(live_api, data_dir, tmp_path):
@@ -199,7 +209,7 @@ def test_push_of_a_csv_says_use_import_runs(live_api, tmp_path):
 def test_export_then_import_runs_is_the_same_runs(live_api, data_dir, tmp_path):
     """CSV export (`scalebook sql ... --format csv`) -> import runs: every exported run comes back
     as the same reported content (the server answers 'already present', never a 409 conflict)."""
-    cli_json("import", "nanotron", str(data_dir / "nanotron" / "bench_sample.csv"))
+    cli_json(*NANOTRON, str(data_dir / "nanotron" / "bench_sample.csv"))
     for path in sorted((data_dir / "published").glob("*.csv"))[:3]:
         runner.invoke(app, ["import", "table", str(path), "--rejects", str(tmp_path / "r.csv")])
     total = _runs_total(live_api)

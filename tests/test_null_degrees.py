@@ -8,7 +8,7 @@ import json
 
 import httpx
 import pytest
-from conftest import REPO
+from conftest import REPO, playbook_sample
 from typer.testing import CliRunner
 
 from service.analytics import throughput as th
@@ -87,10 +87,9 @@ def test_analytics_answer_with_null_degree_runs(nanotron_client):
 
 
 def test_null_degree_runs_do_not_feed_the_throughput_fit(database, data_dir):
-    from ingest.parsers import nanotron
     from service import store
 
-    records = nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records
+    records = playbook_sample(data_dir).records
     with database.session(write=True) as s:
         store.store_runs(s, records)
     with database.session() as s:

@@ -42,8 +42,15 @@ DATA_FILES = (sorted(DATA.glob("published/*.csv")) + sorted(DATA.glob("nanotron/
 needs_data = pytest.mark.skipif(DATA is None, reason="no shared data directory")
 
 
+#: the shipped nanotron files are the Ultra-Scale Playbook sweep, which ran on H100 SXM (the file
+#: does not say so: the importer is told)
+H100 = "H100-SXM-80GB"
+
+
 def parser_for(path: Path):
-    return parse_nanotron if path.parent.name == "nanotron" else parse_table
+    if path.parent.name == "nanotron":
+        return lambda p: parse_nanotron(p, gpu_type=H100)
+    return parse_table
 
 
 def data_file(rel: str) -> Path:
@@ -327,7 +334,8 @@ def test_nanotron_sample_conversions():
         assert rec["world_size"] == dp * tp * pp
         assert rec["nodes"] == int(float(raw["nodes"])) and rec["gpus_per_node"] == 8
         assert rec["gpu_type"] == "H100-SXM-80GB" and rec["framework"] == "nanotron"
-        assert rec["precision"] == "bf16"
+        # the precision the row states (dtype), never one it does not (the sweep's failed rows)
+        assert rec.get("precision") == ("bf16" if raw["dtype"] == "torch.bfloat16" else None)
         assert rec["grad_accum_steps"] == acc and rec["micro_batch_size"] == mbs
         gbs = float(raw["gbs"])
         if raw["status"] == "Success":
@@ -507,7 +515,7 @@ def test_nanotron_current_columns_cp_ep_recompute_and_sizes(tmp_path: Path):
     rows.append(nano_row("5", "3.57G_dp16_tp2_pp1_cp2_acc4_mbs2_seq4096", 8, 16, 2, 1, 2, 4, 2,
                          4096, "False", tok="", dtype=""))
     path = write_csv(tmp_path / "bench.csv", list(rows[0]), [list(r.values()) for r in rows])
-    result = parse_nanotron(path)
+    result = parse_nanotron(path, gpu_type=H100)
     assert result.rejects == [] and len(result.records) == 5
     expected_params = [8_860_000_000, 80_000_000_000, 469_000_000_000, 3_570_000_000]
     expected_names = ["nanotron-8.86B", "nanotron-80B", "nanotron-469B", "nanotron-3.57B"]
@@ -524,8 +532,7 @@ def test_nanotron_current_columns_cp_ep_recompute_and_sizes(tmp_path: Path):
         assert rec["num_kv_heads"] == 8 and rec["precision"] == "bf16"
         assert "name_mismatch" not in rec["extra"]
     last = result.records[-1]
-    assert last["status"] == "failed" and last["extra"]["precision_assumed"] is True
-    assert last["precision"] == "bf16"
+    assert last["status"] == "failed" and last.get("precision") is None  # no dtype, none stated: not guessed
     # defaults replace the parser's assumptions but not stated values
     custom = parse_nanotron(path, gpu_type="H200-SXM-141GB", model_name="my-model",
                             precision="fp8", zero_stage=3).records
@@ -535,6 +542,15 @@ def test_nanotron_current_columns_cp_ep_recompute_and_sizes(tmp_path: Path):
     assert [r["run_key"] for r in custom] == [r["run_key"] for r in result.records]
 
 
+def test_nanotron_file_without_a_stated_gpu_is_refused(tmp_path: Path):
+    row = nano_row("10", "1.34G_dp8_tp1_pp1_acc16_mbs2_seq4096", 1, 8, 1, 1, 1, 16, 2, 4096, "False")
+    path = write_csv(tmp_path / "bench.csv", list(row), [list(row.values())])
+    with pytest.raises(ValueError, match="gpu_type: a nanotron bench CSV does not say which GPU"):
+        parse_nanotron(path)
+    (rec,) = parse_nanotron(path, gpu_type="A100-SXM-80GB").records
+    assert rec["gpu_type"] == "A100-SXM-80GB"
+
+
 def test_nanotron_bad_rows_rejected(tmp_path: Path):
     good = nano_row("10", "1.34G_dp8_tp1_pp1_acc16_mbs2_seq4096", 1, 8, 1, 1, 1, 16, 2, 4096, "False")
     edits = [{"status": "Success", "date": "2024-12-27 17:21:59"},
@@ -542,7 +558,7 @@ def test_nanotron_bad_rows_rejected(tmp_path: Path):
              {"nodes": "1.5", "status": "Other"}, {"status": "Pending", "date": "yesterday"}]
     rows = [{**good, "status": "", "date": "", **edit} for edit in edits]
     path = write_csv(tmp_path / "bench.csv", list(rows[0]), [list(r.values()) for r in rows])
-    result = parse_nanotron(path)
+    result = parse_nanotron(path, gpu_type=H100)
     assert len(result.records) + len(result.rejects) == count_data_rows(path) == 5
     (rec,) = result.records
     assert rec["started_at"] == "2024-12-27T17:21:59" and rec["status"] == "success"

@@ -114,7 +114,8 @@ def _check_parser(kind: str, rows: list[list[str]], tmp_path: Path) -> None:
         writer = csv.writer(fh)
         writer.writerow(header)
         writer.writerows(rows)
-    result = (nanotron if kind == "nanotron" else table).parse_file(path)
+    result = (nanotron.parse_file(path, gpu_type=nanotron.PLAYBOOK_GPU_TYPE) if kind == "nanotron"
+              else table.parse_file(path))
     assert len(result.records) + len(result.rejects) == len(rows)
     for reject in result.rejects:
         assert reject.reason and reject.line_no >= 2

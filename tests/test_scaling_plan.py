@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import playbook_sample
 from typer.testing import CliRunner
 
 from service.analytics.scaling import fit_amdahl
@@ -183,11 +184,10 @@ def test_scaling_and_plan_cli(live_api, data_dir):
     import httpx
     from conftest import post_records
 
-    from ingest.parsers import nanotron
     from service.cli import app
 
     with httpx.Client(base_url=live_api, timeout=120) as http:
-        post_records(http, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+        post_records(http, playbook_sample(data_dir).records)
         api_body = http.get("/api/v1/scaling", params={"model_params": "1.34B"}).json()
     runner = CliRunner()
     result = runner.invoke(app, ["scaling", "--model", "1.34B", "--json"])

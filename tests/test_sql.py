@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 import sqlalchemy as sa
+from conftest import playbook_sample
 from typer.testing import CliRunner
 
 from service.analytics import sql as user_sql
@@ -274,11 +275,10 @@ def test_sql_cli_formats(live_api, data_dir):
     import httpx
     from conftest import post_records
 
-    from ingest.parsers import nanotron
     from service.cli import app
 
     with httpx.Client(base_url=live_api, timeout=120) as http:
-        stored, _ = post_records(http, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+        stored, _ = post_records(http, playbook_sample(data_dir).records)
     assert stored == N_SAMPLE
     runner = CliRunner()
     query = "SELECT nodes, count(*) AS n FROM runs GROUP BY nodes ORDER BY nodes"

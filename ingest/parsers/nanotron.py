@@ -22,10 +22,16 @@ Output: one run record per row (``source="nanotron-csv"``), units:
   ``status`` column (nanotron only writes a row after a measured step) get success when a
   throughput is present, else failed, and ``extra.status_inferred``.
 
-Assumptions (each replaced by a CLI default of the same name): gpu_type "H100-SXM-80GB" (the
-playbook sweep ran on H100 SXM), framework "nanotron", model_name "nanotron-<size>" from the name
-prefix, precision "bf16" when ``dtype`` is empty (``extra.precision_assumed``), gpus_per_node =
-world_size / nodes when that divides. Other defaults only fill fields the file leaves empty.
+What the file does not say is never guessed:
+
+- gpu_type: a nanotron bench CSV has no hardware column, so the caller states it (``gpu_type=``,
+  ``scalebook import nanotron --gpu-type``; :data:`PLAYBOOK_GPU_TYPE` for the Ultra-Scale Playbook
+  sweep, which ran on H100 SXM): without it the file is refused (ValueError, nothing stored).
+- precision: from ``dtype``; a row that leaves it empty (the sweep's failed rows) gets the caller's
+  ``precision=`` (``--precision``) or none (NULL: no MFU against a guessed peak).
+- framework "nanotron" (the file's format), model_name "nanotron-<size>" from the name prefix,
+  gpus_per_node = world_size / nodes when that divides (derived). Other defaults only fill fields the
+  file leaves empty.
 """
 
 from __future__ import annotations
@@ -58,7 +64,9 @@ from ingest.parsers.common import (
 )
 
 SOURCE = "nanotron-csv"
-DEFAULT_GPU_TYPE = "H100-SXM-80GB"
+#: the hardware of the Ultra-Scale Playbook sweep (H100 SXM 80 GB; the playbook's "Benchmarking
+#: thousands of configurations" section), for callers that import that sweep's files
+PLAYBOOK_GPU_TYPE = "H100-SXM-80GB"
 FRAMEWORK = "nanotron"
 REQUIRED_COLUMNS = ("dp", "tp", "pp")
 
@@ -124,14 +132,19 @@ def parse_file(path: str | os.PathLike, *, extra_columns: bool = False, column_m
     ``tok/s/gpu``, ``micro_batch_size`` for ``mbs``, ...).
     A column this parser does not know (:func:`known_column`) is refused unless ``extra_columns``
     (kept in extra) or renamed by ``column_map`` (``--map``). Raises ValueError for bad defaults,
-    unknown columns or a header without the dp/tp/pp columns (not a nanotron bench file); every
-    data row otherwise ends up in exactly one of records / rejects.
+    unknown columns or a header without the dp/tp/pp columns (not a nanotron bench file), and when
+    ``gpu_type`` is not given (the file does not say which GPU it ran on); every data row otherwise
+    ends up in exactly one of records / rejects.
     """
     aliases = {fld: col for col, fld in {**_INT_FIELDS, **_FLOAT_FIELDS}.items() if fld != col}
     vocabulary = [*_INT_FIELDS, *_FLOAT_FIELDS, *_SPECIAL, *_EXTRA_NUMBERS, *_EXTRA_BOOLS, *_EXTRA_TEXT, *aliases]
-    return parse_rows(path, defaults, required=REQUIRED_COLUMNS, layout="nanotron bench CSV",
-                      parse_row=parse_row, key_for=_run_key, known=known_column, vocabulary=vocabulary,
-                      extra_columns=extra_columns, column_map=column_map, aliases=aliases)
+    result = parse_rows(path, defaults, required=REQUIRED_COLUMNS, layout="nanotron bench CSV",
+                        parse_row=parse_row, key_for=_run_key, known=known_column, vocabulary=vocabulary,
+                        extra_columns=extra_columns, column_map=column_map, aliases=aliases)
+    if not defaults.get("gpu_type") and (result.records or result.rejects):  # the layout was checked first
+        raise ValueError("gpu_type: a nanotron bench CSV does not say which GPU it ran on; state it "
+                         f"(--gpu-type; {PLAYBOOK_GPU_TYPE} for the Ultra-Scale Playbook sweep)")
+    return result
 
 
 def _run_key(cells: Mapping[str, str]) -> str:
@@ -168,13 +181,8 @@ def parse_row(cells: Mapping[str, str], defaults: Mapping[str, Any] | None = Non
     _extras(cells, extra)
 
     rec["framework"] = defaults.get("framework", FRAMEWORK)
-    rec["gpu_type"] = defaults.get("gpu_type", DEFAULT_GPU_TYPE)
-    precision = canonical_precision(cells.get("dtype"))
-    if precision is None:
-        precision = defaults.get("precision")
-        if precision is None:
-            precision, extra["precision_assumed"] = "bf16", True
-    rec["precision"] = precision
+    rec["gpu_type"] = defaults.get("gpu_type")
+    rec["precision"] = canonical_precision(cells.get("dtype")) or canonical_precision(defaults.get("precision"))
     rec["recompute"] = canonical_recompute("recompute_layer", cells.get("recompute_layer"))
     if cells.get("date"):
         try:

@@ -157,9 +157,14 @@ def import_examples(data_dir: Path, url: str) -> list[ImportSummary]:
     rejects_dir = get_settings().data_dir / "rejects"
     rejects_dir.mkdir(parents=True, exist_ok=True)
     summaries = []
-    for kind, folder in (("nanotron", "nanotron"), ("table", "published")):
+    from ingest.parsers.nanotron import PLAYBOOK_GPU_TYPE
+
+    # the shipped nanotron file is the Ultra-Scale Playbook sweep, run on H100 SXM (examples/data/README.md);
+    # the file does not say so, so the importer is told, as a user importing it would tell it
+    for kind, folder, defaults in (("nanotron", "nanotron", {"gpu_type": PLAYBOOK_GPU_TYPE}),
+                                   ("table", "published", {})):
         for path in sorted((data_dir / folder).glob("*.csv")):
-            summaries.append(import_parsed(kind, path, api, {}, rejects_dir / f"{path.stem}.rejects.csv"))
+            summaries.append(import_parsed(kind, path, api, defaults, rejects_dir / f"{path.stem}.rejects.csv"))
     for s in summaries:
         report(s, False)
     rejected = sum(len(s.rejected) for s in summaries)
@@ -172,6 +177,7 @@ def import_examples(data_dir: Path, url: str) -> list[ImportSummary]:
 _GPU = typer.Option(None, "--gpu-type", help="gpu_type for rows that lack one")
 _GPN = typer.Option(None, "--gpus-per-node", help="gpus_per_node for rows that lack one")
 _FW = typer.Option(None, "--framework", help="framework for rows that lack one")
+_PREC = typer.Option(None, "--precision", help="precision (bf16, fp8, ...) for rows whose dtype is empty")
 _REJ = typer.Option(None, "--rejects", help="where to write rejected rows (default ./<file>.rejects.csv)")
 _JSON = typer.Option(False, "--json", help="print the summary as JSON")
 _COLMAP = typer.Option(None, "--map", help="rename a column: FROM=TO (repeatable)")
@@ -179,13 +185,17 @@ _EXTRA_COLS = typer.Option(False, "--extra-columns", help="keep columns the impo
 
 
 @import_app.command("nanotron")
-def import_nanotron(file: Path = typer.Argument(..., exists=True, dir_okay=False), gpu_type: str = _GPU,
-                    gpus_per_node: int = _GPN, framework: str = _FW, rejects: Path = _REJ,
+def import_nanotron(file: Path = typer.Argument(..., exists=True, dir_okay=False),
+                    gpu_type: str = typer.Option(None, "--gpu-type", help="the GPU the sweep ran on (required: the "
+                                                 "file does not say; H100-SXM-80GB for the Ultra-Scale Playbook)"),
+                    gpus_per_node: int = _GPN, framework: str = _FW, precision: str = _PREC, rejects: Path = _REJ,
                     column_map: list[str] = _COLMAP, extra_columns: bool = _EXTRA_COLS,
                     as_json: bool = _JSON, quiet: bool = QUIET) -> None:
-    """Import a nanotron benchmark CSV (Ultra-Scale Playbook sweep format, or current columns)."""
+    """Import a nanotron benchmark CSV (Ultra-Scale Playbook sweep format, or current columns).
+    The file does not say which GPU it ran on: --gpu-type is required (exit 1, nothing stored,
+    without it)."""
     finish(import_parsed("nanotron", file, Api(), {"gpu_type": gpu_type, "gpus_per_node": gpus_per_node,
-                                                   "framework": framework}, rejects,
+                                                   "framework": framework, "precision": precision}, rejects,
                          extra_columns=extra_columns, column_map=parse_map(column_map), quiet=quiet), as_json)
 
 

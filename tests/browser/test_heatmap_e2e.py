@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port, post_records
+from conftest import free_port, playbook_sample, post_records
 
 pytestmark = [pytest.mark.browser]
 
@@ -42,10 +42,9 @@ def expected_best(data_dir, nodes: int) -> tuple[str, str, str]:
 @pytest.fixture
 def dashboard(live_api, data_dir, tmp_path):
     """`streamlit run dashboard/app.py` on a free port, reading the live API (nanotron sample loaded)."""
-    from ingest.parsers import nanotron
 
     with httpx.Client(base_url=live_api, timeout=60) as client:
-        stored, rejected = post_records(client, nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+        stored, rejected = post_records(client, playbook_sample(data_dir).records)
     assert stored == 312 and not rejected
     port = free_port()
     log = open(tmp_path / "streamlit.log", "w+")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import post_records
+from conftest import playbook_sample, post_records
 
 from bench import browser as bb
 
@@ -42,9 +42,9 @@ def site(live_api, data_dir, tmp_path):
     """The dashboard URL over a live API loaded with the shipped data."""
     if not bb.available():
         pytest.skip("headless Chromium is not installed: run scripts/install_browser.sh")
-    from ingest.parsers import nanotron, table
+    from ingest.parsers import table
 
-    records = list(nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records)
+    records = list(playbook_sample(data_dir).records)
     for path in sorted((data_dir / "published").glob("*.csv")):
         records += table.parse_file(path).records
     with httpx.Client(base_url=live_api, timeout=120) as client:
