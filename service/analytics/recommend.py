@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 
 from service import hardware
 from service.analytics import throughput as th
+from service.analytics.anchor import Anchors
 from service.analytics.memory import estimate_memory
 from service.derive import model_size_class
 from service.errors import BadRequest
@@ -353,6 +354,8 @@ def scored(prep: Prepared, skip: set[tuple] | None = None) -> list[Scored]:
     gap = min((abs(math.log(r["nodes"] / ctx["nodes"])) for r in same if r["nodes"]), default=0.0)
     worked = {tuple(_value(r, f) for f in LAYOUT_FIELDS) for r in same
               if r["nodes"] and abs(math.log(r["nodes"] / ctx["nodes"])) <= gap + WORKED_NODES_SLACK}
+    anchors = Anchors(rows, prep.fit, lambda r: distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"],
+                                                         ctx["gpu_type"]))
     out = []
     for cfg in layouts(ctx, rows):
         if skip and tuple(cfg[f] for f in CONFIG_FIELDS) in skip:
@@ -365,7 +368,22 @@ def scored(prep: Prepared, skip: set[tuple] | None = None) -> list[Scored]:
             pred = prep.model.predict(_run_record(cfg, ctx), ctx["framework"], widen=widen)
         except ValueError:
             continue
-        out.append(Scored(cfg, pred, widen, layout in worked))
+        out.append(Scored(cfg, anchored(pred, *anchors.correction(cfg)), widen, layout in worked))
+    return out
+
+
+def anchored(pred: dict[str, Any], log_corr: float, d0: float | None) -> dict[str, Any]:
+    """The model's prediction corrected by the residuals of the nearest recorded runs of the same
+    layout (service/analytics/anchor.py): tokens/s/GPU, MFU, step time and interval scaled by
+    exp(log_corr); `anchor` says by how much and how near the evidence is."""
+    f = math.exp(log_corr)
+    out = dict(pred)
+    out["model_tokens_per_sec_per_gpu"] = pred["tokens_per_sec_per_gpu"]
+    out["tokens_per_sec_per_gpu"] = pred["tokens_per_sec_per_gpu"] * f
+    out["mfu"] = pred["mfu"] * f
+    out["step_time_s"] = pred["step_time_s"] / f
+    out["interval"] = [x * f for x in pred["interval"]]
+    out["anchor"] = {"factor": f, "evidence_distance": d0}
     return out
 
 
