@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,8 +41,6 @@ from service.analytics import throughput as th
 LAMBDA_MIN, LAMBDA_MAX, LAMBDA_PRIOR = 0.25, 3.0, math.log(2)
 #: pairs of configurations needed to measure the correlation length
 MIN_PAIRS = 10
-#: a ZeRO stage other than the candidate's counts as far as a GPU of the same vendor (recommend)
-ZERO_DISTANCE = 0.5
 
 FAMILY = ("tp", "pp", "cp", "recompute")
 
@@ -55,13 +54,14 @@ def _log_ratio(a: Any, b: Any) -> float:
 
 
 class Anchors:
-    """Residuals of the recorded configurations under one fit, grouped by layout family.
+    """Residuals of the recorded configurations under one fit, grouped by layout family, and the
+    simple-kriging weights that carry them to a candidate.
 
     rows: load_configs' dicts; fit: the fit the candidates are predicted with; distance: a
     function (row) -> distance of the row from the target (recommend.distance, bound)."""
 
     def __init__(self, rows: list[dict[str, Any]], fit: th.Fit, distance: Any):
-        self.groups: dict[tuple, list[tuple[dict[str, Any], float, float]]] = defaultdict(list)
+        groups: dict[tuple, list[tuple[dict[str, Any], float, float]]] = defaultdict(list)
         residuals: list[tuple[dict[str, Any], float]] = []
         for r in rows:
             t = th.config_terms(r)
@@ -70,43 +70,74 @@ class Anchors:
             pred = t.tokens_per_gpu / th.step_time(t, fit.params)[0]
             res = math.log(r["tokens_per_sec_per_gpu"] / pred)
             residuals.append((r, res))
-            self.groups[_family(r)].append((r, res, distance(r)))
-        self.length, self.n_pairs, self.rho_doubling = correlation_length(residuals)
+            groups[_family(r)].append((r, res, distance(r)))
+        self.lengths = correlation_lengths(residuals)
+        self.groups = dict(groups)
+
+    def scaled_distance(self, r: dict[str, Any], d: float, cfg: dict[str, Any]) -> float:
+        """d/λ_target + |ln mbs ratio|/λ_mbs + [other ZeRO stage]/λ_zero: the evidence's distance
+        from the candidate on the target, in correlation lengths (ρ = exp(−this))."""
+        lam = self.lengths
+        zero_diff = 1.0 if (r.get("zero_stage") or 0) != cfg["zero_stage"] else 0.0
+        mbs = _log_ratio(r["micro_batch_size"], cfg["micro_batch_size"])
+        return (d / lam["target"].length + mbs / lam["mbs"].length
+                + zero_diff / lam["zero"].length)
 
     def correction(self, cfg: dict[str, Any]) -> tuple[float, float | None]:
-        """(ln correction factor, d₀ the distance of the nearest evidence or None) for candidate
-        `cfg` (configuration fields)."""
+        """(ln correction factor, d₀ the nearest evidence's distance in correlation lengths, or
+        None without evidence) for candidate `cfg` (configuration fields): ρ(d₀) times the
+        residuals' mean weighted by their correlation with the candidate (module docstring)."""
         group = self.groups.get(_family(cfg))
         if not group:
             return 0.0, None
-        dists = np.array([d + _log_ratio(r["micro_batch_size"], cfg["micro_batch_size"])
-                          + (ZERO_DISTANCE if (r.get("zero_stage") or 0) != cfg["zero_stage"] else 0.0)
-                          for r, _, d in group])
+        dists = np.array([self.scaled_distance(r, d, cfg) for r, _, d in group])
         res = np.array([x for _, x, _ in group])
-        w = np.exp(-dists / self.length)
+        w = np.exp(-dists)
         d0 = float(dists.min())
-        return float(math.exp(-d0 / self.length) * (w @ res) / w.sum()), d0
+        return float(math.exp(-d0) * (w @ res) / w.sum()), d0
 
 
-def correlation_length(residuals: list[tuple[dict[str, Any], float]]) -> tuple[float, int, float | None]:
-    """(λ, pairs used, ρ at one doubling) from residuals of recorded configurations: pairs of the
-    same layout (family, ZeRO stage, micro-batch), model size class, GPU type and seq_len, one
-    doubling of nodes apart (distance ln 2); ρ is their residuals' Pearson
-    correlation and λ = ln 2 / −ln ρ. Too few pairs or ρ ≤ 0 → (LAMBDA_PRIOR or LAMBDA_MIN)."""
-    by_key: dict[tuple, dict[tuple, float]] = defaultdict(dict)
-    for r, x in residuals:
-        key = (*_family(r), r.get("zero_stage") or 0, r.get("micro_batch_size"), r.get("gpu_type"), r.get("seq_len"))
-        by_key[key][(r.get("model_size_class"), r.get("nodes"))] = x
-    a, b = [], []
-    for cells in by_key.values():
-        for (size, nodes), x in cells.items():
-            if nodes and (size, nodes * 2) in cells:
-                a.append(x)
-                b.append(cells[(size, nodes * 2)])
-    if len(a) < MIN_PAIRS:
-        return LAMBDA_PRIOR, len(a), None
+@dataclass
+class Length:
+    """A correlation length along one axis: λ, the pairs it was measured on, their ρ (None: prior)."""
+
+    length: float
+    n_pairs: int
+    rho: float | None
+
+
+def _length(pairs: list[tuple[float, float]], step: float) -> Length:
+    """λ = step / −ln ρ from residual pairs `step` apart (Pearson ρ), clipped; the prior when too
+    few pairs or ρ ≤ 0."""
+    if len(pairs) < MIN_PAIRS:
+        return Length(LAMBDA_PRIOR * step / math.log(2), len(pairs), None)
+    a, b = zip(*pairs)
     rho = float(np.corrcoef(a, b)[0, 1])
     if not math.isfinite(rho) or rho <= 0:
-        return LAMBDA_MIN, len(a), rho
-    lam = math.log(2) / -math.log(min(rho, 0.999))
-    return min(max(lam, LAMBDA_MIN), LAMBDA_MAX), len(a), rho
+        return Length(LAMBDA_MIN * step / math.log(2), len(pairs), rho)
+    lam = step / -math.log(min(rho, 0.999))
+    return Length(min(max(lam, LAMBDA_MIN * step / math.log(2)), LAMBDA_MAX * step / math.log(2)), len(pairs), rho)
+
+
+def correlation_lengths(residuals: list[tuple[dict[str, Any], float]]) -> dict[str, Length]:
+    """Correlation lengths of the residuals along three axes, from pairs of recorded
+    configurations that differ along that axis only (same layout family, GPU type, seq_len):
+    "target" — one doubling of nodes (distance ln 2, same size class, micro-batch, ZeRO stage);
+    "mbs" — one doubling of the micro-batch (ln 2; same cell and ZeRO stage); "zero" — ZeRO-0 vs
+    ZeRO-1 (unit step; same cell and micro-batch)."""
+    cells: dict[tuple, float] = {}
+    for r, x in residuals:
+        key = (*_family(r), r.get("gpu_type"), r.get("seq_len"), r.get("model_size_class"), r.get("nodes"),
+               r.get("micro_batch_size"), r.get("zero_stage") or 0)
+        cells[key] = x
+    nodes_pairs, mbs_pairs, zero_pairs = [], [], []
+    for key, x in cells.items():
+        *base, nodes, mbs, zero = key
+        if nodes and (other := (*base, nodes * 2, mbs, zero)) in cells:
+            nodes_pairs.append((x, cells[other]))
+        if mbs and (other := (*base, nodes, mbs * 2, zero)) in cells:
+            mbs_pairs.append((x, cells[other]))
+        if zero == 0 and (other := (*base, nodes, mbs, 1)) in cells:
+            zero_pairs.append((x, cells[other]))
+    return {"target": _length(nodes_pairs, math.log(2)), "mbs": _length(mbs_pairs, math.log(2)),
+            "zero": _length(zero_pairs, 1.0)}

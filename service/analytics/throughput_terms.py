@@ -140,7 +140,11 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     act = mbs * seq / cp * model.h * _BF16
     n_coll = 6 if cfg.get("recompute") == "full" else 4
     tp_bytes = n_coll * 2 * (tp - 1) / tp * act * layers_local * gas if tp > 1 else 0.0
-    tp_bw = acc.nvlink_gb_s * 1e9 if tp <= gpn else acc.network_gb_s * 1e9
+    # the node's NVLink as the run measured it (its intra-node all-reduce bus bandwidth, nanotron's
+    # "AR Intra-node (GB/s)"), else the catalog's: a run whose intra-node collectives crawled pays
+    # for it in its TP, CP and pipeline traffic too, not only in its DP all-reduce
+    intra = (intra_bw_recorded or acc.nvlink_gb_s) * 1e9
+    tp_bw = intra if tp <= gpn else acc.network_gb_s * 1e9
     tp_collectives = n_coll * layers_local * gas if tp > 1 else 0.0
 
     # DP / ZeRO [UP "Data Parallelism", "ZeRO"]: the local gradients (N/(tp·pp)) all-reduced in
@@ -164,12 +168,12 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     # (cp−1) steps of b·(s/cp)·2·kv_dim bf16 per layer forward, twice that backward
     kv_dim = model.kv * model.head_dim
     cp_bytes = 3 * (cp - 1) * mbs * seq / cp * 2 * kv_dim * _BF16 * layers_local * gas if cp > 1 else 0.0
-    cp_bw = acc.nvlink_gb_s * 1e9 if tp * cp <= gpn else acc.network_gb_s * 1e9
+    cp_bw = intra if tp * cp <= gpn else acc.network_gb_s * 1e9
 
     # PP [NA21 §2.2]: each micro-batch's activations cross every stage boundary forward and
     # their gradients backward (point-to-point); stages sit on other nodes once tp·cp·pp > gpn
     pp_bytes = 2 * act / tp * gas if pp > 1 else 0.0
-    pp_bw = acc.nvlink_gb_s * 1e9 if tp * cp * pp <= gpn else acc.network_gb_s * 1e9
+    pp_bw = intra if tp * cp * pp <= gpn else acc.network_gb_s * 1e9
     return Terms(hw_flops=hfpt * tokens_per_gpu, model_flops=fpt * tokens_per_gpu, peak_flops=peak,
                  mb_tokens=mbs * seq / cp, h_shard=model.h / tp, micro_batches=int(gas),
                  layers_local=layers_local, pp=pp, tp_bytes=tp_bytes, tp_bw=tp_bw,
