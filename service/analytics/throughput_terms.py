@@ -54,7 +54,13 @@ class Terms:
     zero_gather_bytes: ZeRO-1/2's all-gather of the updated parameter shards after the optimizer
         step — part of dp_bytes, but it cannot overlap the backward pass as DDP's bucketed
         all-reduce does ([UP "ZeRO-1"]: "an all-gather after the optimizer step");
+    tp_inter: 1.0 when the TP group spans nodes (tp > gpus_per_node), else 0.0: its collectives
+        then pay the network's per-message latency, not NVLink's (Hockney's α differs per link);
     cp_bytes, cp_bw, pp_bytes, pp_bw: context-parallel ring and pipeline point-to-point traffic;
+    pp_messages: point-to-point transfers on the 1F1B critical path, 2·(m + pp − 1) (one forward
+        activation and one backward gradient per micro-batch through the pipeline's fill and
+        drain: [NA21 §2.2], the same (m + p − 1) slots that give the bubble);
+    pp_inter: 1.0 when pipeline stages sit on other nodes (tp·cp·pp > gpus_per_node), else 0.0;
     tokens_per_gpu: global batch tokens / world size.
     """
 
@@ -69,6 +75,7 @@ class Terms:
     tp_bytes: float
     tp_bw: float
     tp_collectives: float
+    tp_inter: float
     dp_bytes: float
     dp_bw: float
     zero_gather_bytes: float
@@ -76,6 +83,8 @@ class Terms:
     cp_bw: float
     pp_bytes: float
     pp_bw: float
+    pp_messages: float
+    pp_inter: float
     tokens_per_gpu: float
     dp_bw_source: str
 
@@ -174,12 +183,16 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     # their gradients backward (point-to-point); stages sit on other nodes once tp·cp·pp > gpn
     pp_bytes = 2 * act / tp * gas if pp > 1 else 0.0
     pp_bw = intra if tp * cp * pp <= gpn else acc.network_gb_s * 1e9
+    # ... and each of those transfers is a blocking send/recv pair on the critical path of 1F1B:
+    # 2·(m + p − 1) of them per step, each paying the link's latency (Hockney α–β)
+    pp_messages = 2.0 * (gas + pp - 1) if pp > 1 else 0.0
     return Terms(hw_flops=hfpt * tokens_per_gpu, model_flops=fpt * tokens_per_gpu, peak_flops=peak,
                  mb_tokens=mbs * seq / cp, h_shard=model.h / tp, micro_batches=int(gas),
                  layers_local=layers_local, pp=pp, tp_bytes=tp_bytes, tp_bw=tp_bw,
-                 tp_collectives=tp_collectives, dp_bytes=dp_bytes,
+                 tp_collectives=tp_collectives, tp_inter=1.0 if tp > gpn else 0.0, dp_bytes=dp_bytes,
                  dp_bw=dp_bw, zero_gather_bytes=zero_gather, cp_bytes=cp_bytes, cp_bw=cp_bw,
-                 pp_bytes=pp_bytes, pp_bw=pp_bw,
+                 pp_bytes=pp_bytes, pp_bw=pp_bw, pp_messages=pp_messages,
+                 pp_inter=1.0 if tp * cp * pp > gpn else 0.0,
                  tokens_per_gpu=tokens_per_gpu, dp_bw_source=source)
 
 

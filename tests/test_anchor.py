@@ -1,0 +1,70 @@
+"""Evidence anchoring (service/analytics/anchor.py) checked against rows it was not fitted on, on
+both backends: the throughput model is fitted on the nanotron sample's 1- and 2-node runs, its
+residuals there anchor the predictions for the 4-node runs it never saw."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from service.analytics import anchor
+
+
+def _held_out(database, data_dir):
+    from ingest.parsers import nanotron
+    from service import store
+    from service.analytics import throughput as th
+    from service.tables import Run
+
+    records = nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records
+    with database.session(write=True) as s:
+        store.store_runs(s, records)
+    with database.session() as s:
+        train = th.load_configs(s, exclude=Run.nodes == 4)
+        held = [r for r in th.load_configs(s) if r["nodes"] == 4]
+    return th, train, held
+
+
+def test_anchoring_does_not_worsen_held_out_predictions(database, data_dir):
+    """On the 4-node configurations whose layout ran at 1 or 2 nodes, the anchored prediction's
+    median error is no larger than the model's own, and no correction exceeds what the
+    evidence's residuals allow (|correction| <= the largest |residual| of the family)."""
+    th, train, held = _held_out(database, data_dir)
+    assert train and held and all(r["nodes"] != 4 for r in train)
+    model = th.Model(train)
+    fit = model.fit_for("H100-SXM-80GB", "nanotron")
+    assert fit.status == "fitted"
+    anchors = anchor.Anchors(train, fit, lambda r: abs(math.log(r["nodes"] / 4)))
+    raw_err, anchored_err = [], []
+    for r in held:
+        cfg = {"tp": r["tp"], "pp": r["pp"], "cp": r["cp"], "recompute": r["recompute"],
+               "micro_batch_size": r["micro_batch_size"], "zero_stage": r["zero_stage"] or 0}
+        log_corr, d0 = anchors.correction(cfg)
+        group = anchors.groups.get(anchor._family(cfg))
+        if d0 is None:
+            assert log_corr == 0.0 and not group
+            continue
+        assert abs(log_corr) <= max(abs(x) for _, x, _ in group) + 1e-12
+        pred = model.predict(r, "nanotron")["tokens_per_sec_per_gpu"]
+        raw_err.append(abs(pred / r["tokens_per_sec_per_gpu"] - 1))
+        anchored_err.append(abs(pred * math.exp(log_corr) / r["tokens_per_sec_per_gpu"] - 1))
+    assert len(anchored_err) >= 10
+    assert statistics.median(anchored_err) <= statistics.median(raw_err)
+
+
+def test_correlation_lengths_from_residual_pairs():
+    """Pairs one node doubling apart with identical residuals: the longest length; residuals that
+    do not correlate: the shortest; no pairs: the documented prior."""
+    base = {"tp": 1, "pp": 1, "cp": 1, "recompute": "none", "gpu_type": "H100-SXM-80GB", "seq_len": 4096,
+            "model_size_class": 1.3, "zero_stage": 1}
+    same, anti = [], []
+    for i in range(anchor.MIN_PAIRS + 2):
+        x = 0.1 * ((i * 7) % 5 - 2)
+        for nodes in (1, 2):
+            row = {**base, "micro_batch_size": 2 ** i, "nodes": nodes}
+            same.append((row, x))
+            anti.append((row, x if nodes == 1 else -x))
+    assert anchor.correlation_lengths(same)["target"].length == anchor.LAMBDA_MAX
+    assert anchor.correlation_lengths(anti)["target"].length == anchor.LAMBDA_MIN
+    assert anchor.correlation_lengths([])["target"].length == anchor.LAMBDA_PRIOR
+    assert anchor.correlation_lengths([])["target"].rho is None
