@@ -336,9 +336,10 @@ def prepare(session: Session, target: Target) -> Prepared:
     return Prepared(rows, ctx, model, fit, _oom_rows(session), notes)
 
 
-def scored(prep: Prepared, skip: set[tuple] | None = None) -> list[Scored]:
+def scored(prep: Prepared, skip: set[tuple] | None = None, *, anchor: bool = True) -> list[Scored]:
     """Every valid configuration for the target (layouts()), except those in `skip` (tuples of
-    CONFIG_FIELDS), with its prediction."""
+    CONFIG_FIELDS), with its prediction: anchored on the residuals of the nearest recorded runs
+    of its layout (anchored()) unless `anchor` is False (the model's own prediction)."""
     ctx, rows = prep.ctx, prep.rows
     by_layout: dict[tuple, float] = {}
     for r in rows:
@@ -368,7 +369,8 @@ def scored(prep: Prepared, skip: set[tuple] | None = None) -> list[Scored]:
             pred = prep.model.predict(_run_record(cfg, ctx), ctx["framework"], widen=widen)
         except ValueError:
             continue
-        out.append(Scored(cfg, anchored(pred, *anchors.correction(cfg)), widen, layout in worked))
+        out.append(Scored(cfg, anchored(pred, *(anchors.correction(cfg) if anchor else (0.0, None))), widen,
+                          layout in worked))
     return out
 
 

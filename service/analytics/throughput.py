@@ -88,7 +88,8 @@ def step_time(t: dict[str, Any] | Terms, p: dict[str, float]) -> Any:
     eff = p["e_max"] * g["mb_tokens"] / (g["mb_tokens"] + p["k_mb"]) * g["h_shard"] / (g["h_shard"] + p["k_h"])
     compute = g["hw_flops"] / (g["peak_flops"] * eff)
     bubble = compute * p["a_bubble"] * (g["pp"] - 1) / g["micro_batches"]
-    tp = p["a_tp"] * g["tp_bytes"] / g["tp_bw"] + (p["alpha_tp"] + p["alpha_tp_x"] * g["tp_inter"]) * g["tp_collectives"]
+    tp = (p["a_tp"] * g["tp_bytes"] / g["tp_bw"]
+          + (p["alpha_tp"] + p["alpha_tp_x"] * g["tp_inter"]) * g["tp_collectives"])
     dp = (p["a_dp"] * g["dp_bytes"] + p["a_zero"] * g["zero_gather_bytes"]) / g["dp_bw"]
     other = (A_CP * g["cp_bytes"] / g["cp_bw"] + g["pp_bytes"] / g["pp_bw"]
              + p["c_launch"] * g["micro_batches"] * g["layers_local"]
