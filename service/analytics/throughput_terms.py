@@ -35,6 +35,7 @@ from service.analytics.memory import _Model, _resolve_model
 from service.derive import flops_per_token
 
 _BF16 = 2
+_FP32 = 4
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,10 @@ class Terms:
     tp_collectives: how many TP collectives the step launches (each pays a latency: Hockney's
         α–β model, Hockney 1994, "The communication challenge for MPP");
     dp_bytes, dp_bw: DP/ZeRO collective volume and bandwidth (recorded when the run carries it);
-    zero_gather_bytes: ZeRO-1/2's all-gather of the updated parameter shards after the optimizer
-        step — part of dp_bytes, but it cannot overlap the backward pass as DDP's bucketed
-        all-reduce does ([UP "ZeRO-1"]: "an all-gather after the optimizer step");
+    zero_gather_bytes: ZeRO-1/2's all-gather of the updated bf16 parameter shards after the
+        optimizer step — apart from dp_bytes (the gradients' reduce-scatter), as it cannot overlap
+        the backward pass as DDP's bucketed reduction does ([UP "ZeRO-1"]: "an all-gather after the
+        optimizer step");
     tp_inter: 1.0 when the TP group spans nodes (tp > gpus_per_node), else 0.0: its collectives
         then pay the network's per-message latency, not NVLink's (Hockney's α differs per link);
     cp_bytes, cp_bw, pp_bytes, pp_bw: context-parallel ring and pipeline point-to-point traffic;
@@ -156,15 +158,27 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     tp_bw = intra if tp <= gpn else acc.network_gb_s * 1e9
     tp_collectives = n_coll * layers_local * gas if tp > 1 else 0.0
 
-    # DP / ZeRO [UP "Data Parallelism", "ZeRO"]: the local gradients (N/(tp·pp)) all-reduced in
-    # bf16 once per step over dp·cp ranks (2(n−1)/n); ZeRO-1/2 reduce-scatter + all-gather = the
-    # same volume; ZeRO-3 one more all-gather of the params in the backward pass (1.5×, ZeRO §7)
+    # DP / ZeRO [UP "Data Parallelism", "ZeRO"] over dp·cp ranks, once per step, of the local
+    # gradients (N/(tp·pp)). Their dtype is the accumulation buffer's: nanotron accumulates in fp32
+    # by default and its DDP hook reduces the fp32 buffers [NT optim/gradient_accumulator.py,
+    # fp32_accum_hook: all_reduce_coalesced / reduce_scatter_coalesced of the fp32 grads]; other
+    # frameworks reduce the bf16 grads unless told otherwise (Megatron grad_reduce_in_fp32=False).
+    # ZeRO-0: ring all-reduce, 2(n−1)/n of the buffer; ZeRO-1/2: reduce-scatter, (n−1)/n of it
+    # ("replace an all_reduce with a reduce_scatter", ibid.), then after the optimizer step an
+    # all-gather of the updated bf16 params, (n−1)/n·2Ψ [UP "ZeRO-1"]; ZeRO-3: reduce-scatter plus
+    # the params all-gathered in the forward and again in the backward (ZeRO §7: 1.5× DP's volume)
     n_dp = dp * cp
     local = n_params / (tp * pp)
-    dp_bytes = 2 * (n_dp - 1) / n_dp * local * _BF16 if n_dp > 1 else 0.0
-    zero_gather = (n_dp - 1) / n_dp * local * _BF16 if zero in (1, 2) and n_dp > 1 else 0.0
-    if zero == 3:
-        dp_bytes *= 1.5
+    fw = str(cfg.get("framework") or "").lower()
+    grad_bytes = _FP32 if ("nanotron" in fw or fw == "") else _BF16
+    share = (n_dp - 1) / n_dp if n_dp > 1 else 0.0
+    if zero == 0:
+        dp_bytes = 2 * share * local * grad_bytes
+    elif zero == 3:
+        dp_bytes = share * local * (grad_bytes + 2 * _BF16)
+    else:
+        dp_bytes = share * local * grad_bytes
+    zero_gather = share * local * _BF16 if zero in (1, 2) else 0.0
     crosses = tp * cp * dp > gpn
     if crosses:
         dp_bw = (dp_bw_recorded or acc.network_gb_s) * 1e9
