@@ -27,8 +27,9 @@ def _held_out(database, data_dir):
 
 def test_anchoring_does_not_worsen_held_out_predictions(database, data_dir):
     """On the 4-node configurations whose layout ran at 1 or 2 nodes, the anchored prediction's
-    median error is no larger than the model's own, and no correction exceeds what the
-    evidence's residuals allow (|correction| <= the largest |residual| of the family)."""
+    median error is no larger than the model's own, no correction exceeds what the evidence's
+    residuals allow (|correction| <= the largest |residual| of the family), and the evidence
+    leaves a kriging variance in (0, 1]."""
     th, train, held = _held_out(database, data_dir)
     assert train and held and all(r["nodes"] != 4 for r in train)
     model = th.Model(train)
@@ -39,12 +40,13 @@ def test_anchoring_does_not_worsen_held_out_predictions(database, data_dir):
     for r in held:
         cfg = {"tp": r["tp"], "pp": r["pp"], "cp": r["cp"], "recompute": r["recompute"],
                "micro_batch_size": r["micro_batch_size"], "zero_stage": r["zero_stage"] or 0}
-        log_corr, d0 = anchors.correction(cfg)
+        log_corr, d0, variance = anchors.correction(cfg)
         group = anchors.groups.get(anchor._family(cfg))
         if d0 is None:
-            assert log_corr == 0.0 and not group
+            assert log_corr == 0.0 and variance == 1.0 and not group
             continue
         assert abs(log_corr) <= max(abs(x) for _, x, _ in group) + 1e-12
+        assert 0.0 < variance <= 1.0
         pred = model.predict(r, "nanotron")["tokens_per_sec_per_gpu"]
         raw_err.append(abs(pred / r["tokens_per_sec_per_gpu"] - 1))
         anchored_err.append(abs(pred * math.exp(log_corr) / r["tokens_per_sec_per_gpu"] - 1))
@@ -68,3 +70,20 @@ def test_correlation_lengths_from_residual_pairs():
     assert anchor.correlation_lengths(anti)["target"].length == anchor.LAMBDA_MIN
     assert anchor.correlation_lengths([])["target"].length == anchor.LAMBDA_PRIOR
     assert anchor.correlation_lengths([])["target"].rho is None
+
+
+def test_kriging_variance_shrinks_with_evidence_on_both_sides(database, data_dir):
+    """A layout recorded at 1 and 2 nodes leaves less uncertainty for a 2-node target than for a
+    4-node one (evidence on one side only, farther)."""
+    th, train, _ = _held_out(database, data_dir)
+    fit = th.Model(train).fit_for("H100-SXM-80GB", "nanotron")
+    both = {r["nodes"] for r in train}
+    assert {1, 2} <= both
+    row = next(r for r in train if r["nodes"] == 2 and any(
+        o["nodes"] == 1 and all(o[k] == r[k] for k in ("tp", "pp", "cp", "micro_batch_size", "zero_stage"))
+        for o in train))
+    cfg = {k: row[k] for k in ("tp", "pp", "cp", "recompute", "micro_batch_size")}
+    cfg["zero_stage"] = row["zero_stage"] or 0
+    near = anchor.Anchors(train, fit, lambda r: abs(math.log(r["nodes"] / 2))).correction(cfg)[2]
+    far = anchor.Anchors(train, fit, lambda r: abs(math.log(r["nodes"] / 4))).correction(cfg)[2]
+    assert near < far <= 1.0

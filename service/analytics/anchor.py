@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.linalg import cho_factor, cho_solve
 
+from service import hardware
 from service.analytics import throughput as th
 
 #: bounds and fallback of the correlation length (in recommend's distance units, ln ratios)
@@ -43,6 +45,13 @@ LAMBDA_MIN, LAMBDA_MAX, LAMBDA_PRIOR = 0.25, 3.0, math.log(2)
 MIN_PAIRS = 10
 
 FAMILY = ("tp", "pp", "cp", "recompute")
+#: the recorded configurations of one family (the nearest to the target) the kriging variance is
+#: computed from: bounds its linear system at MAX_EVIDENCE²
+MAX_EVIDENCE = 100
+#: nugget η relative to the sill: the part of a residual's variance shared with no other
+#: configuration (run-to-run noise); keeps K + ηI well conditioned when two recorded
+#: configurations are at distance 0 from each other
+NUGGET = 0.05
 
 
 def _family(row: dict[str, Any]) -> tuple:
@@ -73,6 +82,24 @@ class Anchors:
             groups[_family(r)].append((r, res, distance(r)))
         self.lengths = correlation_lengths(residuals)
         self.groups = dict(groups)
+        # per family, the simple-kriging system of its MAX_EVIDENCE runs nearest the target (unit
+        # sill, nugget NUGGET): for the posterior variance of a candidate's residual
+        self._kriging: dict[tuple, tuple[list[int], Any]] = {}
+        for key, group in self.groups.items():
+            near = sorted(range(len(group)), key=lambda i: (group[i][2], i))[:MAX_EVIDENCE]
+            feats = _features([group[i][0] for i in near])
+            cov = np.exp(-self._pairwise(feats, feats))
+            self._kriging[key] = (near, cho_factor(cov + NUGGET * np.eye(len(near))))
+
+    def _pairwise(self, a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> np.ndarray:
+        """Distances in correlation lengths between two sets of recorded configurations (_features)."""
+        lam = self.lengths
+        cell = sum(np.abs(a[k][:, None] - b[k][None, :]) for k in ("size", "nodes", "seq"))
+        hw = np.where(a["gpu"][:, None] == b["gpu"][None, :], 0.0,
+                      np.where(a["vendor"][:, None] == b["vendor"][None, :], 0.5, 1.0))
+        mbs = np.abs(a["mbs"][:, None] - b["mbs"][None, :])
+        zero = (a["zero"][:, None] != b["zero"][None, :]).astype(float)
+        return (cell + hw) / lam["target"].length + mbs / lam["mbs"].length + zero / lam["zero"].length
 
     def scaled_distance(self, r: dict[str, Any], d: float, cfg: dict[str, Any]) -> float:
         """d/λ_target + |ln mbs ratio|/λ_mbs + [other ZeRO stage]/λ_zero: the evidence's distance
@@ -83,18 +110,38 @@ class Anchors:
         return (d / lam["target"].length + mbs / lam["mbs"].length
                 + zero_diff / lam["zero"].length)
 
-    def correction(self, cfg: dict[str, Any]) -> tuple[float, float | None]:
-        """(ln correction factor, d₀ the nearest evidence's distance in correlation lengths, or
-        None without evidence) for candidate `cfg` (configuration fields): ρ(d₀) times the
-        residuals' mean weighted by their correlation with the candidate (module docstring)."""
-        group = self.groups.get(_family(cfg))
+    def correction(self, cfg: dict[str, Any]) -> tuple[float, float | None, float]:
+        """(ln correction factor, d₀ the nearest evidence's distance in correlation lengths or None
+        without evidence, the residual's remaining variance as a fraction of the model's) for
+        candidate `cfg` (configuration fields). The correction is ρ(d₀) times the residuals' mean
+        weighted by their correlation with the candidate (module docstring); the variance is the
+        simple-kriging variance (1 + η − kᵀ(K + ηI)⁻¹k)/(1 + η) [Hengl et al. 2007] — smaller
+        with more and nearer evidence (e.g. the layout recorded on both sides of the target), 1
+        without any."""
+        key = _family(cfg)
+        group = self.groups.get(key)
         if not group:
-            return 0.0, None
+            return 0.0, None, 1.0
         dists = np.array([self.scaled_distance(r, d, cfg) for r, _, d in group])
         res = np.array([x for _, x, _ in group])
         w = np.exp(-dists)
         d0 = float(dists.min())
-        return float(math.exp(-d0) * (w @ res) / w.sum()), d0
+        near, factor = self._kriging[key]
+        k = w[near]
+        var = (1.0 + NUGGET - float(k @ cho_solve(factor, k))) / (1.0 + NUGGET)
+        return float(math.exp(-d0) * (w @ res) / w.sum()), d0, min(1.0, max(NUGGET / (1.0 + NUGGET), var))
+
+
+def _features(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Log size class, nodes, seq_len, micro-batch; ZeRO stage; GPU type and vendor codes."""
+    def logs(key: str) -> np.ndarray:
+        return np.array([math.log(r[key]) if r.get(key) else 0.0 for r in rows])
+
+    accs = [hardware.lookup(r.get("gpu_type")) for r in rows]
+    return {"size": logs("model_size_class"), "nodes": logs("nodes"), "seq": logs("seq_len"),
+            "mbs": logs("micro_batch_size"), "zero": np.array([r.get("zero_stage") or 0 for r in rows]),
+            "gpu": np.array([str(r.get("gpu_type")) for r in rows]),
+            "vendor": np.array([a.vendor if a else str(r.get("gpu_type")) for a, r in zip(accs, rows)])}
 
 
 @dataclass

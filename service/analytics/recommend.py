@@ -369,23 +369,31 @@ def scored(prep: Prepared, skip: set[tuple] | None = None, *, anchor: bool = Tru
             pred = prep.model.predict(_run_record(cfg, ctx), ctx["framework"], widen=widen)
         except ValueError:
             continue
-        out.append(Scored(cfg, anchored(pred, *(anchors.correction(cfg) if anchor else (0.0, None))), widen,
-                          layout in worked))
+        out.append(Scored(cfg, anchored(pred, *(anchors.correction(cfg) if anchor else (0.0, None, 1.0)),
+                                        prep.fit.loo_log_q80), widen, layout in worked))
     return out
 
 
-def anchored(pred: dict[str, Any], log_corr: float, d0: float | None) -> dict[str, Any]:
+def anchored(pred: dict[str, Any], log_corr: float, d0: float | None, variance: float, q80: float) -> dict[str, Any]:
     """The model's prediction corrected by the residuals of the nearest recorded runs of the same
-    layout (service/analytics/anchor.py): tokens/s/GPU, MFU, step time and interval scaled by
-    exp(log_corr); `anchor` says by how much and how near the evidence is."""
+    layout (service/analytics/anchor.py): tokens/s/GPU, MFU and step time scaled by exp(log_corr);
+    the interval, when the layout family has evidence, is the fit's held-out 80 % half-width `q80`
+    times √variance (the kriging variance left after the evidence), else the model's own (widened
+    for extrapolation). `anchor` says by how much, how near the evidence is and what is left of
+    the uncertainty."""
     f = math.exp(log_corr)
     out = dict(pred)
+    tps = pred["tokens_per_sec_per_gpu"] * f
     out["model_tokens_per_sec_per_gpu"] = pred["tokens_per_sec_per_gpu"]
-    out["tokens_per_sec_per_gpu"] = pred["tokens_per_sec_per_gpu"] * f
+    out["tokens_per_sec_per_gpu"] = tps
     out["mfu"] = pred["mfu"] * f
     out["step_time_s"] = pred["step_time_s"] / f
-    out["interval"] = [x * f for x in pred["interval"]]
-    out["anchor"] = {"factor": f, "evidence_distance": d0}
+    if d0 is None:
+        out["interval"] = [x * f for x in pred["interval"]]
+    else:
+        half = q80 * math.sqrt(variance)
+        out["interval"] = [tps * math.exp(-half), tps * math.exp(half)]
+    out["anchor"] = {"factor": f, "evidence_distance": d0, "variance": variance}
     return out
 
 
