@@ -36,7 +36,7 @@ Held-out error: the leave-one-out residuals of the fit, r_i/(1−h_ii) with h th
 linearised problem (Cook & Weisberg 1982, ch. 3; exact for linear least squares, first-order
 for nonlinear), reported as the median |predicted/real − 1| and used for the interval.
 Too few configurations (< MIN_CONFIGS) → PRIOR (the fit on the Ultra-Scale Playbook sweep's
-H100 nanotron runs, bench/throughput_loo.py), and the answer says so.
+H100 nanotron runs; see PRIOR), and the answer says so.
 """
 
 from __future__ import annotations
@@ -57,10 +57,11 @@ from service.tables import Run
 
 PARAMS = ("e_max", "k_mb", "k_h", "a_tp", "alpha_tp", "alpha_tp_x", "a_dp", "a_zero", "a_bubble", "c_launch",
           "alpha_pp_x")
-#: the documented prior: the fit on the Ultra-Scale Playbook sweep (bench_calibration.csv, H100
-#: nanotron, runs after the pipeline fix), rounded; used when a group has too few configurations
-PRIOR = {"e_max": 0.58, "k_mb": 1.0, "k_h": 130.0, "a_tp": 0.74, "alpha_tp": 1.3e-4, "alpha_tp_x": 1e-3, "a_dp": 1.1,
-         "a_zero": 0.01, "a_bubble": 2.3, "c_launch": 2.6e-3, "alpha_pp_x": 1e-3}
+#: the documented prior: the fit on the Ultra-Scale Playbook sweep (all 12 cells of bench_calibration.csv,
+#: H100 nanotron, pre-fix pipeline runs retired as bench/recommend_loo.py does), rounded; used when a
+#: group has too few configurations, and as the fit's starting point
+PRIOR = {"e_max": 0.56, "k_mb": 0.0, "k_h": 190.0, "a_tp": 0.20, "alpha_tp": 1.3e-4, "alpha_tp_x": 2.8e-3, "a_dp": 1.6,
+         "a_zero": 0.0, "a_bubble": 1.7, "c_launch": 2.2e-3, "alpha_pp_x": 4.8e-3}
 _LOWER = {"e_max": 0.05, "k_mb": 0.0, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "alpha_tp_x": 0.0, "a_dp": 0.0,
           "a_zero": 0.0, "a_bubble": 0.3, "c_launch": 0.0, "alpha_pp_x": 0.0}
 _UPPER = {"e_max": 1.0, "k_mb": 2e4, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "alpha_tp_x": 0.5, "a_dp": 3.0,
