@@ -10,20 +10,29 @@ with the trend model plus the residuals of the nearest observations, weighted by
 correlation with the point predicted; here the trend is the physical model and the residual
 field lives on the configuration space:
 
-    ln ŷ(c) = ln model(c) + ρ(d₀) · Σᵢ wᵢ rᵢ / Σᵢ wᵢ,   wᵢ = exp(−dᵢ/λ),  ρ(d) = exp(−d/λ)
+    ln ŷ(c) = ln model(c) + ρ(d₀) · Σᵢ wᵢ rᵢ / Σᵢ wᵢ,   wᵢ = ρ(dᵢ) = exp(−dᵢ)
 
-over the recorded configurations i of the same TP, PP, CP and recompute as the candidate c; dᵢ
-is recommend's distance of the run from the target (|ln size ratio| + |ln nodes ratio| + |ln
-seq ratio| + hardware) plus the layout's own difference (|ln micro-batch ratio|, and 0.5 for
-another ZeRO stage, as for another GPU of the same vendor), d₀ the smallest. ρ is the residuals'
-correlation at distance d₀ (an exponential covariance, the usual kriging choice): evidence far
-from the target leaves the model's prediction nearly alone; the same configuration recorded on
-the target itself sets the prediction to what was measured.
+over the recorded configurations i of the same TP, PP, CP and recompute as the candidate c (its
+"family"); dᵢ is their distance from the candidate on the target in correlation lengths:
+recommend's distance of the run from the target (|ln size ratio| + |ln nodes ratio| + |ln seq
+ratio| + hardware) / λ_target + |ln micro-batch ratio| / λ_mbs + [another ZeRO stage] / λ_zero,
+d₀ the smallest. ρ is an exponential correlation (the usual kriging choice): evidence far from
+the target leaves the model's prediction nearly alone; the same configuration recorded on the
+target itself sets the prediction to what was measured. (A plain ρ-weighted mean rather than
+the full simple-kriging weights K⁻¹k: those over-extrapolated on the sweep, one top-1 61 % off.)
 
-λ (the correlation length) is measured on the user's own runs, not set: for pairs of recorded
-configurations of one layout and model, the correlation of their residuals one doubling of nodes
-apart (distance ln 2) gives λ = −ln 2 / ln ρ(ln 2) (`correlation_length`), clipped to
-[LAMBDA_MIN, LAMBDA_MAX]; fewer than MIN_PAIRS pairs → LAMBDA_PRIOR.
+The uncertainty left is the simple-kriging variance v = (1 + η − kᵀ(K + ηI)⁻¹k)/(1 + η) of the
+family's MAX_EVIDENCE runs nearest the target (K their mutual correlations, k theirs with the
+candidate, η the NUGGET): 1 without evidence, smaller with more and nearer evidence — the same
+layout recorded on both sides of the target leaves less than on one side only. Recommend scales
+the fit's held-out interval by √v; /suggest its σ.
+
+The correlation lengths are measured on the user's own runs, not set (`correlation_lengths`):
+for pairs of recorded configurations that differ along one axis only — one doubling of nodes,
+one doubling of the micro-batch, ZeRO-0 vs ZeRO-1 — the Pearson correlation ρ of their residuals
+gives λ = step / −ln ρ, clipped to [LAMBDA_MIN, LAMBDA_MAX] per ln 2 of step; fewer than
+MIN_PAIRS pairs → LAMBDA_PRIOR (one doubling = one correlation length). On the sweep: ρ ≈ 0.7 per
+node doubling, 0.4–0.5 per micro-batch doubling, 0.6–0.9 between ZeRO stages.
 """
 
 from __future__ import annotations
@@ -39,7 +48,8 @@ from scipy.linalg import cho_factor, cho_solve
 from service import hardware
 from service.analytics import throughput as th
 
-#: bounds and fallback of the correlation length (in recommend's distance units, ln ratios)
+#: bounds and fallback of a correlation length, per ln 2 of step (in recommend's distance units, ln
+#: ratios): ρ per doubling between 0.06 and 0.79 (a measured ρ outside is not believed to the end)
 LAMBDA_MIN, LAMBDA_MAX, LAMBDA_PRIOR = 0.25, 3.0, math.log(2)
 #: pairs of configurations needed to measure the correlation length
 MIN_PAIRS = 10

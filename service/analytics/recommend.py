@@ -12,10 +12,13 @@ Per request, from the `runs` table only (the database is the only state):
    GAS = global batch / (DP·MBS·seq), which must be a whole number ≥ 1 — the micro-batch is
    lowered when GAS would fall below 1; a layout that cannot hit the batch is left out (counted in
    `notes`).
-4. Ranked by the lower end of the predicted tokens/s/GPU's interval for the target
-   (service/analytics/throughput.py; the interval widens with the distance to the nearest
-   recorded run of the same layout, so a layout nobody ran near the target does not win on an
-   extrapolation alone), then
+4. Ranked by the lower end of the predicted tokens/s/GPU's interval for the target: the
+   throughput model's prediction (service/analytics/throughput.py) anchored on the residuals of
+   the recorded runs of the same TP/PP/CP/recompute nearest to it (service/analytics/anchor.py,
+   regression kriging), its interval the fit's held-out half-width times the kriging standard
+   deviation those runs leave — so a layout recorded near (and around) the target ranks above an
+   equally good extrapolation; a layout family never recorded keeps the model's interval widened
+   by its distance (MAX_WIDEN) — then
    dropped when the memory model (service/analytics/memory.py) predicts no fit or a recorded OOM
    implies one (same TP/PP/CP/seq/GPU, no more ZeRO sharding, no smaller micro-batch, no stronger
    recompute, and under ZeRO ≥ 1 no larger DP) — unless the very configuration ran on the target.
