@@ -87,3 +87,18 @@ def test_kriging_variance_shrinks_with_evidence_on_both_sides(database, data_dir
     near = anchor.Anchors(train, fit, lambda r: abs(math.log(r["nodes"] / 2))).correction(cfg)[2]
     far = anchor.Anchors(train, fit, lambda r: abs(math.log(r["nodes"] / 4))).correction(cfg)[2]
     assert near < far <= 1.0
+
+
+def test_recommend_keeps_the_memory_models_margin(nanotron_client):
+    """Every predicted (not measured-on-target) candidate fits with the memory model's held-out
+    error as headroom; /suggest, which explores, may go closer to the capacity."""
+    from service.analytics.memory import DEFAULT_CONSTANTS
+    from service.analytics.recommend import MEMORY_MARGIN
+
+    body = nanotron_client.get("/api/v1/recommend", params={
+        "model_params": "1.34B", "nodes": 8, "global_batch_tokens": 1_048_576, "k": 20}).json()
+    assert body["candidates"]
+    for c in body["candidates"]:
+        if c["measured"] is None:
+            usable = c["memory"]["gpu_memory_gib"] * DEFAULT_CONSTANTS.usable_fraction
+            assert c["predicted"]["peak_memory_gib"] * (1 + MEMORY_MARGIN) <= usable + 1e-9

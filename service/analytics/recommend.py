@@ -56,6 +56,11 @@ _RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
 _POW2 = (1, 2, 4, 8, 16, 32, 64)
 #: the most the interval's half-width is widened by (× (1 + widen)) for extrapolation
 MAX_WIDEN = 2.0
+#: "what worked" answers propose only configurations predicted to fit with this relative headroom: the
+#: memory model's median held-out error on the whole-step peak (bench/memory_accuracy.py --calibration,
+#: leave-one-cell-out: 8.0 %), so that a configuration within the model's own error of the capacity is
+#: not recommended (it may OOM); /suggest, which explores, uses the plain prediction
+MEMORY_MARGIN = 0.08
 #: "what worked": layouts recorded at the nearest node count(s) of the size class, up to this far
 #: beyond the nearest in |ln(nodes ratio)| (ln 2: the next power of two too)
 WORKED_NODES_SLACK = math.log(2) + 1e-9
@@ -400,17 +405,21 @@ def anchored(pred: dict[str, Any], log_corr: float, d0: float | None, variance: 
     return out
 
 
-def admissible(prep: Prepared, item: Scored, counts: dict[str, int]) -> tuple[Any, dict[str, Any] | None] | None:
+def admissible(prep: Prepared, item: Scored, counts: dict[str, int], *,
+               margin: float = 0.0) -> tuple[Any, dict[str, Any] | None] | None:
     """(memory estimate, the recorded run on this very target or None) when the configuration
     may be proposed; None when a recorded OOM implies it does not fit or the memory model says
-    so (a configuration that ran on the target is never ruled out). Counts rejections."""
+    so — with `margin`, when its predicted peak × (1 + margin) exceeds the usable memory (a
+    configuration that ran on the target is never ruled out). Counts rejections."""
     exact = _exact(item.config, prep.ctx, prep.rows)
     mem = estimate_memory(_run_record(item.config, prep.ctx))
     if exact is None:
         if oom_implied(item.config, prep.ctx, prep.ooms) is not None:
             counts["oom_rejected"] = counts.get("oom_rejected", 0) + 1
             return None
-        if mem.fits is False:
+        tight = (margin > 0 and mem.usable_memory_gib is not None
+                 and mem.predicted_peak_memory_gib * (1.0 + margin) > mem.usable_memory_gib)
+        if mem.fits is False or tight:
             counts["memory_rejected"] = counts.get("memory_rejected", 0) + 1
             return None
     return mem, exact
@@ -455,7 +464,7 @@ def recommend(
     counts = {"layouts": len(items), "memory_rejected": 0, "oom_rejected": 0}
     out: list[dict[str, Any]] = []
     for item in items:
-        ok = admissible(prep, item, counts)
+        ok = admissible(prep, item, counts, margin=MEMORY_MARGIN)
         if ok is None:
             continue
         out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows))
