@@ -491,6 +491,10 @@ def candidate(cfg: dict[str, Any], ctx: dict[str, Any], pred: dict[str, Any], me
         f"predicted by the {pred['fit'][2]} model of {pred['fit'][1]} on {fit_gpu}")
     if fit_gpu and fit_gpu != ctx["gpu_type"]:
         why += f", carried to {ctx['gpu_type']} through peak FLOP/s and link-bandwidth ratios"
+    anchor = pred.get("anchor") or {}
+    if anchor.get("evidence_distance") is not None:
+        why += (f"; ×{anchor['factor']:.2f} for how far the model was off on the recorded runs of this layout "
+                f"(uncertainty left {100 * math.sqrt(anchor['variance']):.0f} % of the model's)")
     far = [e for e in evidence if e["gpu_type"] != ctx["gpu_type"] or e["model_size_class"] != ctx["size_class"]]
     if evidence and len(far) == len(evidence):
         e = evidence[0]
