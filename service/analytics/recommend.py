@@ -443,7 +443,7 @@ def empty_answer(target: Target, reason: str) -> dict[str, Any]:
 
 
 def recommend(
-    session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu"
+    session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu", anchor: bool = True
 ) -> dict[str, Any]:
     """Up to k candidates for the target, best first (module docstring).
 
@@ -451,13 +451,15 @@ def recommend(
     runs, held-out error), "candidates": [{config, origin, predicted {tokens_per_sec_per_gpu, mfu,
     peak_memory_gib, interval, step_time_s, breakdown_s}, measured | None, evidence [...],
     memory {...}, why}], "notes": [...], "counts": {...}}. `metric` "mfu" ranks by predicted MFU
-    (the same order on one target). Raises BadRequest for a bad target."""
+    (the same order on one target). `anchor` False ranks by the throughput model alone (no
+    evidence anchoring: bench/recommend_holdout.py compares the two). Raises BadRequest for a bad
+    target."""
     try:
         prep = prepare(session, target)
     except NothingRecorded as exc:
         answer = empty_answer(target, exc.message)
         return {k_: answer[k_] for k_ in ("target", "model", "candidates", "notes", "counts")}
-    items = scored(prep)
+    items = scored(prep, anchor=anchor)
     key = "mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"
     items.sort(key=lambda e: (-e.predicted[key] * e.predicted["interval"][0] / e.predicted["tokens_per_sec_per_gpu"],
                               tuple(str(e.config[f]) for f in CONFIG_FIELDS)))
