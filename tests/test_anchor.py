@@ -102,3 +102,32 @@ def test_recommend_keeps_the_memory_models_margin(nanotron_client):
         if c["measured"] is None:
             usable = c["memory"]["gpu_memory_gib"] * DEFAULT_CONSTANTS.usable_fraction
             assert c["predicted"]["peak_memory_gib"] * (1 + MEMORY_MARGIN) <= usable + 1e-9
+
+
+def test_cross_node_latencies_help_on_held_out_cross_node_runs(database, data_dir, monkeypatch):
+    """Fitted on the 1- and 2-node runs only, the model with the cross-node latency terms
+    (alpha_tp_x: TP collectives across nodes; alpha_pp_x: 1F1B sends between stages on other
+    nodes) predicts the 4-node runs whose TP group or pipeline spans nodes better than the same
+    fit with both terms pinned to 0."""
+    from service.analytics.throughput_terms import world_layout
+
+    th, train, held = _held_out(database, data_dir)
+    crossing = []
+    for r in held:
+        _, tp, pp, cp, gpn = world_layout(r)
+        if tp * cp * pp > gpn:
+            crossing.append(r)
+    assert len(crossing) >= 10
+
+    def median_error() -> float:
+        model = th.Model(train)
+        assert model.fit_for("H100-SXM-80GB", "nanotron").status == "fitted"
+        return statistics.median(abs(model.predict(r, "nanotron")["tokens_per_sec_per_gpu"]
+                                     / r["tokens_per_sec_per_gpu"] - 1) for r in crossing)
+
+    with_terms = median_error()
+    for name in ("alpha_tp_x", "alpha_pp_x"):  # least_squares needs lower < upper: pinned at ~0
+        monkeypatch.setitem(th._UPPER, name, 1e-12)
+        monkeypatch.setitem(th.PRIOR, name, 0.0)
+    without = median_error()
+    assert with_terms < without
