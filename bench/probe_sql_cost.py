@@ -40,7 +40,7 @@ def build(n: int, workdir: Path) -> Database:
     db = Database(f"duckdb:///{workdir / f'cost_{n}.duckdb'}", journal_rows=0)
     db.prepare()
     with db.session(write=True) as session:
-        store.store_runs(session, list(benchtool.generate_runs(1000, 7, prefix="cost")), bulk=True)
+        store.store_runs(session, list(benchtool.generate_runs(1000, 7, prefix="cost")))
     with db.engine.connect() as conn:
         raw = conn.connection.driver_connection
         columns = [c for c in user_sql.RUN_COLUMNS if c != "id"]

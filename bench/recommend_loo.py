@@ -105,7 +105,7 @@ def run_cell(cell: tuple[float, int], records: list[dict], workdir: Path) -> dic
     db.prepare()
     try:
         with db.session(write=True) as s:
-            store.store_runs(s, train, bulk=True)
+            store.store_runs(s, train)
         with db.session(write=True) as s:
             retire.retire(s, None, RETIRE, "before nanotron's pipeline-engine fix")
         with db.session() as s:

@@ -43,7 +43,7 @@ def fill(db: Database, n: int) -> None:
     for start in range(0, n, batch):
         runs = list(benchtool.generate_runs(min(batch, n - start), seed=start, prefix=f"t{start}"))
         with db.session(write=True) as s:
-            store.store_runs(s, runs, bulk=True)
+            store.store_runs(s, runs)
 
 
 def main(argv: list[str] | None = None) -> int:

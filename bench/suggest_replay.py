@@ -77,7 +77,7 @@ def run_cell(cell: tuple[float, int], records: list[dict], workdir: Path) -> dic
     db.upgrade()
     db.prepare()
     with db.session(write=True) as s:
-        store.store_runs(s, [r for r in records if cell_of(r) != cell], bulk=True)
+        store.store_runs(s, [r for r in records if cell_of(r) != cell])
     with db.session(write=True) as s:
         retire.retire(s, None, RETIRE, "before nanotron's pipeline-engine fix")
     params = {"model_params": f"{size}B", "nodes": nodes, "gpu_type": GPU, "seq_len": SEQ,

@@ -12,10 +12,13 @@ Per request, from the `runs` table only (the database is the only state):
    GAS = global batch / (DP·MBS·seq), which must be a whole number ≥ 1 — the micro-batch is
    lowered when GAS would fall below 1; a layout that cannot hit the batch is left out (counted in
    `notes`).
-4. Ranked by the lower end of the predicted tokens/s/GPU's interval for the target
-   (service/analytics/throughput.py; the interval widens with the distance to the nearest
-   recorded run of the same layout, so a layout nobody ran near the target does not win on an
-   extrapolation alone), then
+4. Ranked by the lower end of the predicted tokens/s/GPU's interval for the target: the
+   throughput model's prediction (service/analytics/throughput.py) anchored on the residuals of
+   the recorded runs of the same TP/PP/CP/recompute nearest to it (service/analytics/anchor.py,
+   regression kriging), its interval the fit's held-out half-width times the kriging standard
+   deviation those runs leave — so a layout recorded near (and around) the target ranks above an
+   equally good extrapolation; a layout family never recorded keeps the model's interval widened
+   by its distance (MAX_WIDEN) — then
    dropped when the memory model (service/analytics/memory.py) predicts no fit or a recorded OOM
    implies one (same TP/PP/CP/seq/GPU, no more ZeRO sharding, no smaller micro-batch, no stronger
    recompute, and under ZeRO ≥ 1 no larger DP) — unless the very configuration ran on the target.
@@ -40,6 +43,7 @@ from sqlalchemy.orm import Session
 
 from service import hardware
 from service.analytics import throughput as th
+from service.analytics.anchor import Anchors
 from service.analytics.memory import estimate_memory
 from service.derive import model_size_class
 from service.errors import BadRequest
@@ -52,6 +56,11 @@ _RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
 _POW2 = (1, 2, 4, 8, 16, 32, 64)
 #: the most the interval's half-width is widened by (× (1 + widen)) for extrapolation
 MAX_WIDEN = 2.0
+#: "what worked" answers propose only configurations predicted to fit with this relative headroom: the
+#: memory model's median held-out error on the whole-step peak (bench/memory_accuracy.py --calibration,
+#: leave-one-cell-out: 8.0 %), so that a configuration within the model's own error of the capacity is
+#: not recommended (it may OOM); /suggest, which explores, uses the plain prediction
+MEMORY_MARGIN = 0.08
 #: "what worked": layouts recorded at the nearest node count(s) of the size class, up to this far
 #: beyond the nearest in |ln(nodes ratio)| (ln 2: the next power of two too)
 WORKED_NODES_SLACK = math.log(2) + 1e-9
@@ -335,9 +344,10 @@ def prepare(session: Session, target: Target) -> Prepared:
     return Prepared(rows, ctx, model, fit, _oom_rows(session), notes)
 
 
-def scored(prep: Prepared, skip: set[tuple] | None = None) -> list[Scored]:
+def scored(prep: Prepared, skip: set[tuple] | None = None, *, anchor: bool = True) -> list[Scored]:
     """Every valid configuration for the target (layouts()), except those in `skip` (tuples of
-    CONFIG_FIELDS), with its prediction."""
+    CONFIG_FIELDS), with its prediction: anchored on the residuals of the nearest recorded runs
+    of its layout (anchored()) unless `anchor` is False (the model's own prediction)."""
     ctx, rows = prep.ctx, prep.rows
     by_layout: dict[tuple, float] = {}
     for r in rows:
@@ -353,6 +363,8 @@ def scored(prep: Prepared, skip: set[tuple] | None = None) -> list[Scored]:
     gap = min((abs(math.log(r["nodes"] / ctx["nodes"])) for r in same if r["nodes"]), default=0.0)
     worked = {tuple(_value(r, f) for f in LAYOUT_FIELDS) for r in same
               if r["nodes"] and abs(math.log(r["nodes"] / ctx["nodes"])) <= gap + WORKED_NODES_SLACK}
+    anchors = Anchors(rows, prep.fit, lambda r: distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"],
+                                                         ctx["gpu_type"]))
     out = []
     for cfg in layouts(ctx, rows):
         if skip and tuple(cfg[f] for f in CONFIG_FIELDS) in skip:
@@ -365,21 +377,49 @@ def scored(prep: Prepared, skip: set[tuple] | None = None) -> list[Scored]:
             pred = prep.model.predict(_run_record(cfg, ctx), ctx["framework"], widen=widen)
         except ValueError:
             continue
-        out.append(Scored(cfg, pred, widen, layout in worked))
+        out.append(Scored(cfg, anchored(pred, *(anchors.correction(cfg) if anchor else (0.0, None, 1.0)),
+                                        prep.fit.loo_log_q80), widen, layout in worked))
     return out
 
 
-def admissible(prep: Prepared, item: Scored, counts: dict[str, int]) -> tuple[Any, dict[str, Any] | None] | None:
+def anchored(pred: dict[str, Any], log_corr: float, d0: float | None, variance: float, q80: float) -> dict[str, Any]:
+    """The model's prediction corrected by the residuals of the nearest recorded runs of the same
+    layout (service/analytics/anchor.py): tokens/s/GPU, MFU and step time scaled by exp(log_corr);
+    the interval, when the layout family has evidence, is the fit's held-out 80 % half-width `q80`
+    times √variance (the kriging variance left after the evidence), else the model's own (widened
+    for extrapolation). `anchor` says by how much, how near the evidence is and what is left of
+    the uncertainty."""
+    f = math.exp(log_corr)
+    out = dict(pred)
+    tps = pred["tokens_per_sec_per_gpu"] * f
+    out["model_tokens_per_sec_per_gpu"] = pred["tokens_per_sec_per_gpu"]
+    out["tokens_per_sec_per_gpu"] = tps
+    out["mfu"] = pred["mfu"] * f
+    out["step_time_s"] = pred["step_time_s"] / f
+    if d0 is None:
+        out["interval"] = [x * f for x in pred["interval"]]
+    else:
+        half = q80 * math.sqrt(variance)
+        out["interval"] = [tps * math.exp(-half), tps * math.exp(half)]
+    out["anchor"] = {"factor": f, "evidence_distance": d0, "variance": variance}
+    return out
+
+
+def admissible(prep: Prepared, item: Scored, counts: dict[str, int], *,
+               margin: float = 0.0) -> tuple[Any, dict[str, Any] | None] | None:
     """(memory estimate, the recorded run on this very target or None) when the configuration
     may be proposed; None when a recorded OOM implies it does not fit or the memory model says
-    so (a configuration that ran on the target is never ruled out). Counts rejections."""
+    so — with `margin`, when its predicted peak × (1 + margin) exceeds the usable memory (a
+    configuration that ran on the target is never ruled out). Counts rejections."""
     exact = _exact(item.config, prep.ctx, prep.rows)
     mem = estimate_memory(_run_record(item.config, prep.ctx))
     if exact is None:
         if oom_implied(item.config, prep.ctx, prep.ooms) is not None:
             counts["oom_rejected"] = counts.get("oom_rejected", 0) + 1
             return None
-        if mem.fits is False:
+        tight = (margin > 0 and mem.usable_memory_gib is not None
+                 and mem.predicted_peak_memory_gib * (1.0 + margin) > mem.usable_memory_gib)
+        if mem.fits is False or tight:
             counts["memory_rejected"] = counts.get("memory_rejected", 0) + 1
             return None
     return mem, exact
@@ -403,7 +443,7 @@ def empty_answer(target: Target, reason: str) -> dict[str, Any]:
 
 
 def recommend(
-    session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu"
+    session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu", anchor: bool = True
 ) -> dict[str, Any]:
     """Up to k candidates for the target, best first (module docstring).
 
@@ -411,20 +451,22 @@ def recommend(
     runs, held-out error), "candidates": [{config, origin, predicted {tokens_per_sec_per_gpu, mfu,
     peak_memory_gib, interval, step_time_s, breakdown_s}, measured | None, evidence [...],
     memory {...}, why}], "notes": [...], "counts": {...}}. `metric` "mfu" ranks by predicted MFU
-    (the same order on one target). Raises BadRequest for a bad target."""
+    (the same order on one target). `anchor` False ranks by the throughput model alone (no
+    evidence anchoring: bench/recommend_holdout.py compares the two). Raises BadRequest for a bad
+    target."""
     try:
         prep = prepare(session, target)
     except NothingRecorded as exc:
         answer = empty_answer(target, exc.message)
         return {k_: answer[k_] for k_ in ("target", "model", "candidates", "notes", "counts")}
-    items = scored(prep)
+    items = scored(prep, anchor=anchor)
     key = "mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"
     items.sort(key=lambda e: (-e.predicted[key] * e.predicted["interval"][0] / e.predicted["tokens_per_sec_per_gpu"],
                               tuple(str(e.config[f]) for f in CONFIG_FIELDS)))
     counts = {"layouts": len(items), "memory_rejected": 0, "oom_rejected": 0}
     out: list[dict[str, Any]] = []
     for item in items:
-        ok = admissible(prep, item, counts)
+        ok = admissible(prep, item, counts, margin=MEMORY_MARGIN)
         if ok is None:
             continue
         out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows))
@@ -451,6 +493,10 @@ def candidate(cfg: dict[str, Any], ctx: dict[str, Any], pred: dict[str, Any], me
         f"predicted by the {pred['fit'][2]} model of {pred['fit'][1]} on {fit_gpu}")
     if fit_gpu and fit_gpu != ctx["gpu_type"]:
         why += f", carried to {ctx['gpu_type']} through peak FLOP/s and link-bandwidth ratios"
+    anchor = pred.get("anchor") or {}
+    if anchor.get("evidence_distance") is not None:
+        why += (f"; ×{anchor['factor']:.2f} for how far the model was off on the recorded runs of this layout "
+                f"(uncertainty left {100 * math.sqrt(anchor['variance']):.0f} % of the model's)")
     far = [e for e in evidence if e["gpu_type"] != ctx["gpu_type"] or e["model_size_class"] != ctx["size_class"]]
     if evidence and len(far) == len(evidence):
         e = evidence[0]

@@ -11,9 +11,14 @@ Expensive Black-Box Functions", J. Global Optim. 13, eq. 15), on log tokens/s/GP
 
 μ the throughput model's prediction for the target, y* the best recorded tokens/s/GPU of the
 target (none recorded: the best prediction among the candidates, so EI then prefers confident
-high predictions), σ the prediction's uncertainty: the fit's robust held-out log error (1.4826 × the median
-|leave-one-out log residual|, the MAD estimate of a normal σ), widened by the distance to the
-nearest recorded run of the same layout (× (1 + distance / MAX_WIDEN), at most doubled). A configuration
+high predictions), σ the prediction's uncertainty: the fit's robust held-out log error σ₀ (1.4826 × the
+median |leave-one-out log residual|, the MAD estimate of a normal σ). μ is anchored on the residuals of the
+nearest recorded runs of the same layout (service/analytics/anchor.py, regression kriging), so σ is the
+kriging standard deviation σ₀·√v, v the simple-kriging variance left by the layout's recorded
+runs (Hengl et al. 2007; a run of the layout on the target itself leaves little uncertainty, far
+evidence leaves σ₀); a layout whose TP, PP, CP and recompute were never recorded together keeps the model's
+own μ and σ₀ widened by the distance to the nearest recorded run of the same layout (× (1 + distance /
+MAX_WIDEN), at most doubled). A configuration
 the model is unsure about can therefore
 be worth a run even if its point prediction is below the best.
 """
@@ -73,7 +78,9 @@ def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, An
     y = best["tokens_per_sec_per_gpu"] if best else max(i.predicted["tokens_per_sec_per_gpu"] for i in items)
     ranked = []
     for item in items:
-        sigma = sigma0 * (1.0 + item.widen / rec.MAX_WIDEN)
+        a = item.predicted["anchor"]
+        sigma = (sigma0 * (1.0 + item.widen / rec.MAX_WIDEN) if a["evidence_distance"] is None
+                 else sigma0 * math.sqrt(a["variance"]))
         ei = expected_improvement(item.predicted["tokens_per_sec_per_gpu"], y, sigma)
         ranked.append((-ei, tuple(str(item.config[f]) for f in rec.CONFIG_FIELDS), item, ei, sigma))
     ranked.sort(key=lambda e: e[:2])

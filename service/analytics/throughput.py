@@ -4,12 +4,14 @@ Step time of one optimizer step on one GPU, decomposed as in the Ultra-Scale Pla
 Megatron-LM [NA21] (the physical terms and their sources: service/analytics/throughput_terms.py):
 
     t = t_compute · (1 + a_bubble·(pp−1)/m)             1F1B bubble (p−1)/(m+p−1) of the step [NA21 §2.2]
-        + a_tp · tp_bytes / tp_bw + α_tp · n_tp           exposed TP collectives [NA21 §3.2], [UP TP/SP]:
-                                                          volume and a latency per collective (Hockney α–β)
+        + a_tp · tp_bytes / tp_bw                         exposed TP collectives [NA21 §3.2], [UP TP/SP]:
+        + (α_tp + α_tp_x · [tp > node]) · n_tp            volume and a latency per collective (Hockney α–β),
+                                                          the network's larger once TP spans nodes
         + a_dp · dp_bytes / dp_bw                         exposed DP / ZeRO gradient sync [UP DP, ZeRO]
         + a_zero · zero_gather_bytes / dp_bw              ZeRO-1/2 parameter all-gather after the step
         + A_CP · cp_bytes / cp_bw                         exposed ring-attention exchange [UP CP]
         + pp_bytes / pp_bw                                pipeline point-to-point sends [NA21 §2.2]
+        + α_pp_x · 2(m + pp − 1) · [stages on other nodes] their latency on the 1F1B critical path
         + c_launch · m · L/pp                             fixed cost per layer and micro-batch
     t_compute = hw_flops / (peak · eff)
     eff = e_max · mb/(mb + k_mb) · hs/(hs + k_h)          achieved fraction of the dense peak
@@ -20,7 +22,8 @@ micro-batches; the saturating form is the usual roofline-style occupancy curve).
 0.3 (most of the ring exchange overlaps the attention [UP CP]) for lack of CP runs to fit it on.
 
 Then tokens/s/GPU = (global batch tokens / world size) / t and MFU = model FLOPs / (t · peak)
-[PaLM appendix B]. The nine parameters (e_max, k_mb, k_h, a_tp, alpha_tp, a_dp, a_zero, a_bubble, c_launch) are
+[PaLM appendix B]. The eleven parameters (e_max, k_mb, k_h, a_tp, alpha_tp, alpha_tp_x, a_dp, a_zero,
+a_bubble, c_launch, alpha_pp_x) are
 fitted by least squares on log(tokens/s) (scipy.optimize.least_squares) to the user's own
 successful, not retired runs with a known precision, per GPU type and framework, aggregated per
 configuration in SQL (each configuration's best recorded tokens/s/GPU: slower repeats are
@@ -33,7 +36,7 @@ Held-out error: the leave-one-out residuals of the fit, r_i/(1−h_ii) with h th
 linearised problem (Cook & Weisberg 1982, ch. 3; exact for linear least squares, first-order
 for nonlinear), reported as the median |predicted/real − 1| and used for the interval.
 Too few configurations (< MIN_CONFIGS) → PRIOR (the fit on the Ultra-Scale Playbook sweep's
-H100 nanotron runs, bench/throughput_loo.py), and the answer says so.
+H100 nanotron runs; see PRIOR), and the answer says so.
 """
 
 from __future__ import annotations
@@ -52,15 +55,17 @@ from service import hardware
 from service.analytics.throughput_terms import Terms, as_arrays, terms
 from service.tables import Run
 
-PARAMS = ("e_max", "k_mb", "k_h", "a_tp", "alpha_tp", "a_dp", "a_zero", "a_bubble", "c_launch")
-#: the documented prior: the fit on the Ultra-Scale Playbook sweep (bench_calibration.csv, H100
-#: nanotron, runs after the pipeline fix), rounded; used when a group has too few configurations
-PRIOR = {"e_max": 0.58, "k_mb": 1.0, "k_h": 130.0, "a_tp": 0.74, "alpha_tp": 1.3e-4, "a_dp": 1.1, "a_zero": 0.01,
-         "a_bubble": 2.3, "c_launch": 2.6e-3}
-_LOWER = {"e_max": 0.05, "k_mb": 0.0, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "a_dp": 0.0, "a_zero": 0.0,
-          "a_bubble": 0.3, "c_launch": 0.0}
-_UPPER = {"e_max": 1.0, "k_mb": 2e4, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "a_dp": 3.0, "a_zero": 3.0,
-          "a_bubble": 4.0, "c_launch": 0.05}
+PARAMS = ("e_max", "k_mb", "k_h", "a_tp", "alpha_tp", "alpha_tp_x", "a_dp", "a_zero", "a_bubble", "c_launch",
+          "alpha_pp_x")
+#: the documented prior: the fit on the Ultra-Scale Playbook sweep (all 12 cells of bench_calibration.csv,
+#: H100 nanotron, pre-fix pipeline runs retired as bench/recommend_loo.py does), rounded; used when a
+#: group has too few configurations, and as the fit's starting point
+PRIOR = {"e_max": 0.56, "k_mb": 0.0, "k_h": 190.0, "a_tp": 0.20, "alpha_tp": 1.3e-4, "alpha_tp_x": 2.8e-3, "a_dp": 1.6,
+         "a_zero": 0.0, "a_bubble": 1.7, "c_launch": 2.2e-3, "alpha_pp_x": 4.8e-3}
+_LOWER = {"e_max": 0.05, "k_mb": 0.0, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "alpha_tp_x": 0.0, "a_dp": 0.0,
+          "a_zero": 0.0, "a_bubble": 0.3, "c_launch": 0.0, "alpha_pp_x": 0.0}
+_UPPER = {"e_max": 1.0, "k_mb": 2e4, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "alpha_tp_x": 0.5, "a_dp": 3.0,
+          "a_zero": 3.0, "a_bubble": 4.0, "c_launch": 0.05, "alpha_pp_x": 0.5}
 A_CP = 0.3
 MIN_CONFIGS = 8
 #: robust (Cauchy) loss of the fit on log(tokens/s), scale 10 %: residuals far beyond it barely count, so a few
@@ -84,10 +89,12 @@ def step_time(t: dict[str, Any] | Terms, p: dict[str, float]) -> Any:
     eff = p["e_max"] * g["mb_tokens"] / (g["mb_tokens"] + p["k_mb"]) * g["h_shard"] / (g["h_shard"] + p["k_h"])
     compute = g["hw_flops"] / (g["peak_flops"] * eff)
     bubble = compute * p["a_bubble"] * (g["pp"] - 1) / g["micro_batches"]
-    tp = p["a_tp"] * g["tp_bytes"] / g["tp_bw"] + p["alpha_tp"] * g["tp_collectives"]
+    tp = (p["a_tp"] * g["tp_bytes"] / g["tp_bw"]
+          + (p["alpha_tp"] + p["alpha_tp_x"] * g["tp_inter"]) * g["tp_collectives"])
     dp = (p["a_dp"] * g["dp_bytes"] + p["a_zero"] * g["zero_gather_bytes"]) / g["dp_bw"]
     other = (A_CP * g["cp_bytes"] / g["cp_bw"] + g["pp_bytes"] / g["pp_bw"]
-             + p["c_launch"] * g["micro_batches"] * g["layers_local"])
+             + p["c_launch"] * g["micro_batches"] * g["layers_local"]
+             + p["alpha_pp_x"] * g["pp_messages"] * g["pp_inter"])
     return compute + bubble + tp + dp + other, compute, tp, dp, bubble, other
 
 

@@ -35,6 +35,7 @@ from service.analytics.memory import _Model, _resolve_model
 from service.derive import flops_per_token
 
 _BF16 = 2
+_FP32 = 4
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,17 @@ class Terms:
     tp_collectives: how many TP collectives the step launches (each pays a latency: Hockney's
         α–β model, Hockney 1994, "The communication challenge for MPP");
     dp_bytes, dp_bw: DP/ZeRO collective volume and bandwidth (recorded when the run carries it);
-    zero_gather_bytes: ZeRO-1/2's all-gather of the updated parameter shards after the optimizer
-        step — part of dp_bytes, but it cannot overlap the backward pass as DDP's bucketed
-        all-reduce does ([UP "ZeRO-1"]: "an all-gather after the optimizer step");
+    zero_gather_bytes: ZeRO-1/2's all-gather of the updated bf16 parameter shards after the
+        optimizer step — apart from dp_bytes (the gradients' reduce-scatter), as it cannot overlap
+        the backward pass as DDP's bucketed reduction does ([UP "ZeRO-1"]: "an all-gather after the
+        optimizer step");
+    tp_inter: 1.0 when the TP group spans nodes (tp > gpus_per_node), else 0.0: its collectives
+        then pay the network's per-message latency, not NVLink's (Hockney's α differs per link);
     cp_bytes, cp_bw, pp_bytes, pp_bw: context-parallel ring and pipeline point-to-point traffic;
+    pp_messages: point-to-point transfers on the 1F1B critical path, 2·(m + pp − 1) (one forward
+        activation and one backward gradient per micro-batch through the pipeline's fill and
+        drain: [NA21 §2.2], the same (m + p − 1) slots that give the bubble);
+    pp_inter: 1.0 when pipeline stages sit on other nodes (tp·cp·pp > gpus_per_node), else 0.0;
     tokens_per_gpu: global batch tokens / world size.
     """
 
@@ -69,6 +77,7 @@ class Terms:
     tp_bytes: float
     tp_bw: float
     tp_collectives: float
+    tp_inter: float
     dp_bytes: float
     dp_bw: float
     zero_gather_bytes: float
@@ -76,6 +85,8 @@ class Terms:
     cp_bw: float
     pp_bytes: float
     pp_bw: float
+    pp_messages: float
+    pp_inter: float
     tokens_per_gpu: float
     dp_bw_source: str
 
@@ -140,18 +151,34 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     act = mbs * seq / cp * model.h * _BF16
     n_coll = 6 if cfg.get("recompute") == "full" else 4
     tp_bytes = n_coll * 2 * (tp - 1) / tp * act * layers_local * gas if tp > 1 else 0.0
-    tp_bw = acc.nvlink_gb_s * 1e9 if tp <= gpn else acc.network_gb_s * 1e9
+    # the node's NVLink as the run measured it (its intra-node all-reduce bus bandwidth, nanotron's
+    # "AR Intra-node (GB/s)"), else the catalog's: a run whose intra-node collectives crawled pays
+    # for it in its TP, CP and pipeline traffic too, not only in its DP all-reduce
+    intra = (intra_bw_recorded or acc.nvlink_gb_s) * 1e9
+    tp_bw = intra if tp <= gpn else acc.network_gb_s * 1e9
     tp_collectives = n_coll * layers_local * gas if tp > 1 else 0.0
 
-    # DP / ZeRO [UP "Data Parallelism", "ZeRO"]: the local gradients (N/(tp·pp)) all-reduced in
-    # bf16 once per step over dp·cp ranks (2(n−1)/n); ZeRO-1/2 reduce-scatter + all-gather = the
-    # same volume; ZeRO-3 one more all-gather of the params in the backward pass (1.5×, ZeRO §7)
+    # DP / ZeRO [UP "Data Parallelism", "ZeRO"] over dp·cp ranks, once per step, of the local
+    # gradients (N/(tp·pp)). Their dtype is the accumulation buffer's: nanotron accumulates in fp32
+    # by default and its DDP hook reduces the fp32 buffers [NT optim/gradient_accumulator.py,
+    # fp32_accum_hook: all_reduce_coalesced / reduce_scatter_coalesced of the fp32 grads]; other
+    # frameworks reduce the bf16 grads unless told otherwise (Megatron grad_reduce_in_fp32=False).
+    # ZeRO-0: ring all-reduce, 2(n−1)/n of the buffer; ZeRO-1/2: reduce-scatter, (n−1)/n of it
+    # ("replace an all_reduce with a reduce_scatter", ibid.), then after the optimizer step an
+    # all-gather of the updated bf16 params, (n−1)/n·2Ψ [UP "ZeRO-1"]; ZeRO-3: reduce-scatter plus
+    # the params all-gathered in the forward and again in the backward (ZeRO §7: 1.5× DP's volume)
     n_dp = dp * cp
     local = n_params / (tp * pp)
-    dp_bytes = 2 * (n_dp - 1) / n_dp * local * _BF16 if n_dp > 1 else 0.0
-    zero_gather = (n_dp - 1) / n_dp * local * _BF16 if zero in (1, 2) and n_dp > 1 else 0.0
-    if zero == 3:
-        dp_bytes *= 1.5
+    fw = str(cfg.get("framework") or "").lower()
+    grad_bytes = _FP32 if ("nanotron" in fw or fw == "") else _BF16
+    share = (n_dp - 1) / n_dp if n_dp > 1 else 0.0
+    if zero == 0:
+        dp_bytes = 2 * share * local * grad_bytes
+    elif zero == 3:
+        dp_bytes = share * local * (grad_bytes + 2 * _BF16)
+    else:
+        dp_bytes = share * local * grad_bytes
+    zero_gather = share * local * _BF16 if zero in (1, 2) else 0.0
     crosses = tp * cp * dp > gpn
     if crosses:
         dp_bw = (dp_bw_recorded or acc.network_gb_s) * 1e9
@@ -164,18 +191,22 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     # (cp−1) steps of b·(s/cp)·2·kv_dim bf16 per layer forward, twice that backward
     kv_dim = model.kv * model.head_dim
     cp_bytes = 3 * (cp - 1) * mbs * seq / cp * 2 * kv_dim * _BF16 * layers_local * gas if cp > 1 else 0.0
-    cp_bw = acc.nvlink_gb_s * 1e9 if tp * cp <= gpn else acc.network_gb_s * 1e9
+    cp_bw = intra if tp * cp <= gpn else acc.network_gb_s * 1e9
 
     # PP [NA21 §2.2]: each micro-batch's activations cross every stage boundary forward and
     # their gradients backward (point-to-point); stages sit on other nodes once tp·cp·pp > gpn
     pp_bytes = 2 * act / tp * gas if pp > 1 else 0.0
-    pp_bw = acc.nvlink_gb_s * 1e9 if tp * cp * pp <= gpn else acc.network_gb_s * 1e9
+    pp_bw = intra if tp * cp * pp <= gpn else acc.network_gb_s * 1e9
+    # ... and each of those transfers is a blocking send/recv pair on the critical path of 1F1B:
+    # 2·(m + p − 1) of them per step, each paying the link's latency (Hockney α–β)
+    pp_messages = 2.0 * (gas + pp - 1) if pp > 1 else 0.0
     return Terms(hw_flops=hfpt * tokens_per_gpu, model_flops=fpt * tokens_per_gpu, peak_flops=peak,
                  mb_tokens=mbs * seq / cp, h_shard=model.h / tp, micro_batches=int(gas),
                  layers_local=layers_local, pp=pp, tp_bytes=tp_bytes, tp_bw=tp_bw,
-                 tp_collectives=tp_collectives, dp_bytes=dp_bytes,
+                 tp_collectives=tp_collectives, tp_inter=1.0 if tp > gpn else 0.0, dp_bytes=dp_bytes,
                  dp_bw=dp_bw, zero_gather_bytes=zero_gather, cp_bytes=cp_bytes, cp_bw=cp_bw,
-                 pp_bytes=pp_bytes, pp_bw=pp_bw,
+                 pp_bytes=pp_bytes, pp_bw=pp_bw, pp_messages=pp_messages,
+                 pp_inter=1.0 if tp * cp * pp > gpn else 0.0,
                  tokens_per_gpu=tokens_per_gpu, dp_bw_source=source)
 
 

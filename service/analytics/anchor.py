@@ -1,0 +1,200 @@
+"""Evidence anchoring: the throughput model's prediction for a candidate, corrected by how far the
+model was off on the recorded runs of the same layout nearest to the target.
+
+The fitted model (service/analytics/throughput.py) has a handful of parameters for every layout
+at once; its residual on a recorded configuration (ln measured − ln predicted) is therefore
+partly layout-specific and systematic: a layout the model costs too cheaply at 2 nodes is costed
+too cheaply at 1 and 4 nodes as well. Regression kriging (Hengl, Heuvelink & Rossiter 2007,
+"About regression-kriging: from equations to case studies", Computers & Geosciences 33) predicts
+with the trend model plus the residuals of the nearest observations, weighted by their
+correlation with the point predicted; here the trend is the physical model and the residual
+field lives on the configuration space:
+
+    ln ŷ(c) = ln model(c) + ρ(d₀) · Σᵢ wᵢ rᵢ / Σᵢ wᵢ,   wᵢ = ρ(dᵢ) = exp(−dᵢ)
+
+over the recorded configurations i of the same TP, PP, CP and recompute as the candidate c (its
+"family"); dᵢ is their distance from the candidate on the target in correlation lengths:
+recommend's distance of the run from the target (|ln size ratio| + |ln nodes ratio| + |ln seq
+ratio| + hardware) / λ_target + |ln micro-batch ratio| / λ_mbs + [another ZeRO stage] / λ_zero,
+d₀ the smallest. ρ is an exponential correlation (the usual kriging choice): evidence far from
+the target leaves the model's prediction nearly alone; the same configuration recorded on the
+target itself sets the prediction to what was measured. (A plain ρ-weighted mean rather than
+the full simple-kriging weights K⁻¹k: those over-extrapolated on the sweep, one top-1 61 % off.)
+
+The uncertainty left is the simple-kriging variance v = (1 + η − kᵀ(K + ηI)⁻¹k)/(1 + η) of the
+family's MAX_EVIDENCE runs nearest the target (K their mutual correlations, k theirs with the
+candidate, η the NUGGET): 1 without evidence, smaller with more and nearer evidence — the same
+layout recorded on both sides of the target leaves less than on one side only. Recommend scales
+the fit's held-out interval by √v; /suggest its σ.
+
+The correlation lengths are measured on the user's own runs, not set (`correlation_lengths`):
+for pairs of recorded configurations that differ along one axis only — one doubling of nodes,
+one doubling of the micro-batch, ZeRO-0 vs ZeRO-1 — the Pearson correlation ρ of their residuals
+gives λ = step / −ln ρ, clipped to [LAMBDA_MIN, LAMBDA_MAX] per ln 2 of step; fewer than
+MIN_PAIRS pairs → LAMBDA_PRIOR (one doubling = one correlation length). On the sweep: ρ ≈ 0.7 per
+node doubling, 0.4–0.5 per micro-batch doubling, 0.6–0.9 between ZeRO stages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.linalg import cho_factor, cho_solve
+
+from service import hardware
+from service.analytics import throughput as th
+
+#: bounds and fallback of a correlation length, per ln 2 of step (in recommend's distance units, ln
+#: ratios): ρ per doubling between 0.06 and 0.79 (a measured ρ outside is not believed to the end)
+LAMBDA_MIN, LAMBDA_MAX, LAMBDA_PRIOR = 0.25, 3.0, math.log(2)
+#: pairs of configurations needed to measure the correlation length
+MIN_PAIRS = 10
+
+FAMILY = ("tp", "pp", "cp", "recompute")
+#: the recorded configurations of one family (the nearest to the target) the kriging variance is
+#: computed from: bounds its linear system at MAX_EVIDENCE²
+MAX_EVIDENCE = 100
+#: nugget η relative to the sill: the part of a residual's variance shared with no other
+#: configuration (run-to-run noise); keeps K + ηI well conditioned when two recorded
+#: configurations are at distance 0 from each other
+NUGGET = 0.05
+
+
+def _family(row: dict[str, Any]) -> tuple:
+    return (row.get("tp"), row.get("pp"), row.get("cp") or 1, row.get("recompute") or "none")
+
+
+def _log_ratio(a: Any, b: Any) -> float:
+    return abs(math.log(a / b)) if a and b else 0.0
+
+
+class Anchors:
+    """Residuals of the recorded configurations under one fit, grouped by layout family, and the
+    simple-kriging weights that carry them to a candidate.
+
+    rows: load_configs' dicts; fit: the fit the candidates are predicted with; distance: a
+    function (row) -> distance of the row from the target (recommend.distance, bound)."""
+
+    def __init__(self, rows: list[dict[str, Any]], fit: th.Fit, distance: Any):
+        groups: dict[tuple, list[tuple[dict[str, Any], float, float]]] = defaultdict(list)
+        residuals: list[tuple[dict[str, Any], float]] = []
+        for r in rows:
+            t = th.config_terms(r)
+            if t is None or not r.get("tokens_per_sec_per_gpu"):
+                continue
+            pred = t.tokens_per_gpu / th.step_time(t, fit.params)[0]
+            res = math.log(r["tokens_per_sec_per_gpu"] / pred)
+            residuals.append((r, res))
+            groups[_family(r)].append((r, res, distance(r)))
+        self.lengths = correlation_lengths(residuals)
+        self.groups = dict(groups)
+        # per family, the simple-kriging system of its MAX_EVIDENCE runs nearest the target (unit
+        # sill, nugget NUGGET): for the posterior variance of a candidate's residual
+        self._kriging: dict[tuple, tuple[list[int], Any]] = {}
+        for key, group in self.groups.items():
+            near = sorted(range(len(group)), key=lambda i: (group[i][2], i))[:MAX_EVIDENCE]
+            feats = _features([group[i][0] for i in near])
+            cov = np.exp(-self._pairwise(feats, feats))
+            self._kriging[key] = (near, cho_factor(cov + NUGGET * np.eye(len(near))))
+
+    def _pairwise(self, a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> np.ndarray:
+        """Distances in correlation lengths between two sets of recorded configurations (_features)."""
+        lam = self.lengths
+        cell = sum(np.abs(a[k][:, None] - b[k][None, :]) for k in ("size", "nodes", "seq"))
+        hw = np.where(a["gpu"][:, None] == b["gpu"][None, :], 0.0,
+                      np.where(a["vendor"][:, None] == b["vendor"][None, :], 0.5, 1.0))
+        mbs = np.abs(a["mbs"][:, None] - b["mbs"][None, :])
+        zero = (a["zero"][:, None] != b["zero"][None, :]).astype(float)
+        return (cell + hw) / lam["target"].length + mbs / lam["mbs"].length + zero / lam["zero"].length
+
+    def scaled_distance(self, r: dict[str, Any], d: float, cfg: dict[str, Any]) -> float:
+        """d/λ_target + |ln mbs ratio|/λ_mbs + [other ZeRO stage]/λ_zero: the evidence's distance
+        from the candidate on the target, in correlation lengths (ρ = exp(−this))."""
+        lam = self.lengths
+        zero_diff = 1.0 if (r.get("zero_stage") or 0) != cfg["zero_stage"] else 0.0
+        mbs = _log_ratio(r["micro_batch_size"], cfg["micro_batch_size"])
+        return (d / lam["target"].length + mbs / lam["mbs"].length
+                + zero_diff / lam["zero"].length)
+
+    def correction(self, cfg: dict[str, Any]) -> tuple[float, float | None, float]:
+        """(ln correction factor, d₀ the nearest evidence's distance in correlation lengths or None
+        without evidence, the residual's remaining variance as a fraction of the model's) for
+        candidate `cfg` (configuration fields). The correction is ρ(d₀) times the residuals' mean
+        weighted by their correlation with the candidate (module docstring); the variance is the
+        simple-kriging variance (1 + η − kᵀ(K + ηI)⁻¹k)/(1 + η) [Hengl et al. 2007] — smaller
+        with more and nearer evidence (e.g. the layout recorded on both sides of the target), 1
+        without any."""
+        key = _family(cfg)
+        group = self.groups.get(key)
+        if not group:
+            return 0.0, None, 1.0
+        dists = np.array([self.scaled_distance(r, d, cfg) for r, _, d in group])
+        res = np.array([x for _, x, _ in group])
+        w = np.exp(-dists)
+        d0 = float(dists.min())
+        near, factor = self._kriging[key]
+        k = w[near]
+        var = (1.0 + NUGGET - float(k @ cho_solve(factor, k))) / (1.0 + NUGGET)
+        return float(math.exp(-d0) * (w @ res) / w.sum()), d0, min(1.0, max(NUGGET / (1.0 + NUGGET), var))
+
+
+def _features(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Log size class, nodes, seq_len, micro-batch; ZeRO stage; GPU type and vendor codes."""
+    def logs(key: str) -> np.ndarray:
+        return np.array([math.log(r[key]) if r.get(key) else 0.0 for r in rows])
+
+    accs = [hardware.lookup(r.get("gpu_type")) for r in rows]
+    return {"size": logs("model_size_class"), "nodes": logs("nodes"), "seq": logs("seq_len"),
+            "mbs": logs("micro_batch_size"), "zero": np.array([r.get("zero_stage") or 0 for r in rows]),
+            "gpu": np.array([str(r.get("gpu_type")) for r in rows]),
+            "vendor": np.array([a.vendor if a else str(r.get("gpu_type")) for a, r in zip(accs, rows)])}
+
+
+@dataclass
+class Length:
+    """A correlation length along one axis: λ, the pairs it was measured on, their ρ (None: prior)."""
+
+    length: float
+    n_pairs: int
+    rho: float | None
+
+
+def _length(pairs: list[tuple[float, float]], step: float) -> Length:
+    """λ = step / −ln ρ from residual pairs `step` apart (Pearson ρ), clipped; the prior when too
+    few pairs or ρ ≤ 0."""
+    if len(pairs) < MIN_PAIRS:
+        return Length(LAMBDA_PRIOR * step / math.log(2), len(pairs), None)
+    a, b = zip(*pairs)
+    rho = float(np.corrcoef(a, b)[0, 1])
+    if not math.isfinite(rho) or rho <= 0:
+        return Length(LAMBDA_MIN * step / math.log(2), len(pairs), rho)
+    lam = step / -math.log(min(rho, 0.999))
+    return Length(min(max(lam, LAMBDA_MIN * step / math.log(2)), LAMBDA_MAX * step / math.log(2)), len(pairs), rho)
+
+
+def correlation_lengths(residuals: list[tuple[dict[str, Any], float]]) -> dict[str, Length]:
+    """Correlation lengths of the residuals along three axes, from pairs of recorded
+    configurations that differ along that axis only (same layout family, GPU type, seq_len):
+    "target" — one doubling of nodes (distance ln 2, same size class, micro-batch, ZeRO stage);
+    "mbs" — one doubling of the micro-batch (ln 2; same cell and ZeRO stage); "zero" — ZeRO-0 vs
+    ZeRO-1 (unit step; same cell and micro-batch)."""
+    cells: dict[tuple, float] = {}
+    for r, x in residuals:
+        key = (*_family(r), r.get("gpu_type"), r.get("seq_len"), r.get("model_size_class"), r.get("nodes"),
+               r.get("micro_batch_size"), r.get("zero_stage") or 0)
+        cells[key] = x
+    nodes_pairs, mbs_pairs, zero_pairs = [], [], []
+    for key, x in cells.items():
+        *base, nodes, mbs, zero = key
+        if nodes and (other := (*base, nodes * 2, mbs, zero)) in cells:
+            nodes_pairs.append((x, cells[other]))
+        if mbs and (other := (*base, nodes, mbs * 2, zero)) in cells:
+            mbs_pairs.append((x, cells[other]))
+        if zero == 0 and (other := (*base, nodes, mbs, 1)) in cells:
+            zero_pairs.append((x, cells[other]))
+    return {"target": _length(nodes_pairs, math.log(2)), "mbs": _length(mbs_pairs, math.log(2)),
+            "zero": _length(zero_pairs, 1.0)}
