@@ -7,16 +7,17 @@ from __future__ import annotations
 import math
 import statistics
 
+from conftest import playbook_sample
+
 from service.analytics import anchor
 
 
 def _held_out(database, data_dir):
-    from ingest.parsers import nanotron
     from service import store
     from service.analytics import throughput as th
     from service.tables import Run
 
-    records = nanotron.parse_file(data_dir / "nanotron" / "bench_sample.csv").records
+    records = playbook_sample(data_dir).records
     with database.session(write=True) as s:
         store.store_runs(s, records)
     with database.session() as s:
