@@ -109,6 +109,11 @@ def test_exit_codes_follow_the_documented_rule(monkeypatch):
     assert down.exit_code == 1 and "cannot reach the scalebook API" in down.output
 
 
+def test_power_of_ten_as_papers_write_it():
+    assert render.power_of_ten(4.8e22) == "4.8×10²²" and render.power_of_ten(1.24e-5) == "1.2×10⁻⁵"
+    assert render.power_of_ten(None) == "—" and render.power_of_ten(0) == "0"
+
+
 def test_recommend_table_names_recompute_once_and_the_evidence_hardware(capsys, monkeypatch):
     from service.cli.analytics import render_recommendation
 

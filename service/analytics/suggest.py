@@ -62,7 +62,9 @@ def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, An
 
     Returns {"target", "best_recorded": {id, tokens_per_sec_per_gpu, config} | None, "model",
     "suggestions": [{"config", "predicted": {tokens_per_sec_per_gpu, mfu, peak_memory_gib,
-    interval}, "expected_improvement" (fraction of the best recorded), "why"}], "notes"}.
+    interval}, "expected_improvement" (fraction of the best recorded), "uncertainty_rel" (the
+    prediction's 1σ as a fraction, exp(σ) − 1 of the log-normal), "exploration" (True when the layout
+    was not run near this target), "why"}], "notes"}.
     Raises BadRequest for a bad target."""
     try:
         prep = rec.prepare(session, target)
@@ -99,7 +101,8 @@ def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, An
         out.append({"config": item.config,
                     "predicted": {"tokens_per_sec_per_gpu": p["tokens_per_sec_per_gpu"], "mfu": p["mfu"],
                                   "peak_memory_gib": mem.predicted_peak_memory_gib, "interval": p["interval"]},
-                    "expected_improvement": ei, "why": why})
+                    "expected_improvement": ei, "uncertainty_rel": math.expm1(sigma),
+                    "exploration": not item.worked, "why": why})
         if len(out) >= n:
             break
     return {"target": rec.target_body(prep), "best_recorded": best, "model": prep.fit.describe(),

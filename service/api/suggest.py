@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from service.analytics import recommend as rec
 from service.analytics import suggest as sg
@@ -30,6 +30,8 @@ class Suggestion(BaseModel):
     config: dict[str, Any]
     predicted: SuggestedPrediction
     expected_improvement: float
+    uncertainty_rel: float = Field(description="the prediction's 1σ as a fraction of it")
+    exploration: bool = Field(description="the layout was not run near this target")
     why: str
 
 

@@ -167,7 +167,7 @@ def plan(
                   f"{body['model_params'] / 1e9:g}B params on {_si(body['tokens'])} tokens in {body['days']:g} days")
     console.print(f"  MFU {100 * body['mfu']:.1f}% — {body['mfu_source']}")
     console.print(f"  peak {body['peak_tflops']:,.0f} TFLOP/s — {body['peak_source']}")
-    console.print(f"  {body['total_flops']:.3g} FLOPs; {body['gpus_exact']:,.1f} GPUs exactly; "
+    console.print(f"  {render.power_of_ten(body['total_flops'])} FLOPs; {body['gpus_exact']:,.1f} GPUs exactly; "
                   f"{body['gpu_hours']:,.0f} GPU-hours booked")
     eff = body.get("efficiency")
     if eff:

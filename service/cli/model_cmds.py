@@ -118,14 +118,18 @@ def suggest(
         return
     table = Table(show_lines=True)
     for col, max_width in (("#", None), ("config", 22), ("predicted tok/s/GPU", 16),
-                           ("EI", None), ("mem GiB", None), ("why", 26)):
+                           ("EI", None), ("mem GiB", None), ("1σ", None), ("", None)):
         table.add_column(col, max_width=max_width)
     for i, s in enumerate(body["suggestions"], 1):
         p = s["predicted"]
         lo, hi = p["interval"]
         table.add_row(str(i), config_label(s["config"]), f"{p['tokens_per_sec_per_gpu']:,.0f}\n[{lo:,.0f}–{hi:,.0f}]",
-                      f"{100 * s['expected_improvement']:.1f}%", f"{p['peak_memory_gib']:.0f}", s["why"])
+                      f"{100 * s['expected_improvement']:.1f}%", f"{p['peak_memory_gib']:.0f}",
+                      f"±{100 * s['uncertainty_rel']:.0f}%", "new" if s["exploration"] else "")
     console.print(table)
+    console.print("EI: expected improvement over the best recorded run (or the best prediction when none is "
+                  "recorded); 1σ: the prediction's uncertainty; new: a layout not yet run near this target "
+                  "(exploration). Each suggestion's reasons: --json.")
 
 
 _CSV_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")

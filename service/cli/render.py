@@ -139,6 +139,19 @@ def si(n: Any) -> str:
     return f"{n:,.0f}"
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def power_of_ten(x: Any, digits: int = 2) -> str:
+    """4.8e22 → "4.8×10²²" (a FLOP count as papers write it; no "e+22" in a table); "—" for None."""
+    if not isinstance(x, (int, float)) or x != x:
+        return "—"
+    if x == 0:
+        return "0"
+    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
+    return f"{mantissa}×10{str(int(exponent)).translate(_SUPERSCRIPT)}"
+
+
 _PERCENT_COLUMNS = ("mfu", "hfu", "efficiency")
 
 
