@@ -461,6 +461,19 @@ def test_explore_ranges_narrow_the_runs_and_show_on_the_parallel_axes():
     assert list(dims[0].constraintrange) == [2, 8] and dims[1].constraintrange is None
 
 
+def test_recommend_question_round_trips_through_the_url():
+    from dashboard.logic import recommend as rq
+
+    query = rq.recommend_params("8B", 8, 8, "H100", 0, 4_194_304, 3)
+    url = rq.url_from_query(query)
+    assert url == {"model_params": "8B", "nodes": "8", "gpus_per_node": "8", "gpu_type": "H100",
+                   "global_batch_tokens": "4194304", "k": "3"}
+    assert rq.query_from_url(url) == query
+    assert rq.query_from_url({"nodes": "8"}) is None and rq.query_from_url({}) is None
+    with pytest.raises(ValueError, match="nodes='eight'"):
+        rq.query_from_url({"model_params": "8B", "nodes": "eight"})
+
+
 def test_sql_result_table():
     body = {"columns": ["nodes", "n", "n"], "rows": [[1, 65, 2], [2, 120, 3]], "row_count": 2, "truncated": True,
             "elapsed_ms": 3.2}

@@ -205,6 +205,21 @@ def test_what_worked_page_answers_with_evidence(live_api, data_dir):
 
 
 @DUCKDB
+def test_what_worked_link_answers_when_opened_and_submissions_go_into_the_url(live_api, data_dir):
+    load(live_api, data_dir)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    at.query_params.update({"model_params": "1.34B", "nodes": "4", "gpu_type": "H100-SXM-80GB", "seq_len": "4096"})
+    at.switch_page("app_pages/what_worked.py").run()
+    assert not at.exception and not at.error and not at.warning
+    assert "**Target:** 1.3B on 4 node(s) × 8 GPUs (32) of H100-SXM-80GB, seq 4096" in texts(at)
+    assert at.text_input(key="ww_model").value == "1.34B" and at.number_input(key="ww_nodes").value == 4
+    at.number_input(key="ww_nodes").set_value(2)
+    at.button(key="ww_submit").click().run()
+    assert at.query_params["nodes"] in ("2", ["2"]) and "on 2 node(s)" in texts(at)
+
+
+@DUCKDB
 def test_runs_page_filters_pages_and_compares(live_api, data_dir):
     stored = load(live_api, data_dir)
     at = app("app_pages/runs.py")

@@ -13,9 +13,10 @@ st.caption("Every valid layout is adapted to the target (DP from the world size,
            "as evidence; a configuration that ran on this very target shows its measurement beside it.")
 ui.require_api()
 options = ui.load_options()
-query = recommend.form("ww", options, {"model": "8B", "nodes": 8, "gpus_per_node": 8})
+query = recommend.form("ww", options, {"model": "8B", "nodes": 8, "gpus_per_node": 8}, url=True)
 if query:
     recommend.answer(query)
     recommend.next_runs(query)
 else:
-    st.info("Describe the run you are planning and press **What worked?**")
+    st.info("Describe the run you are planning and press **What worked?** The question goes into the page's "
+            "address, so the answer can be shared (e.g. `?model_params=8B&nodes=8&gpu_type=H100`).")

@@ -43,10 +43,36 @@ def _prefill(key: str, defaults: dict[str, Any], gpu_types: list[str]) -> None:
     })
 
 
-def form(key: str, options: dict[str, list[Any]], defaults: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def _from_url(key: str) -> dict[str, Any] | None:
+    """The form defaults of the question the page's URL asked when the session opened it (read
+    once; the answer to it becomes the form's query), or None."""
+    if f"{key}_url_defaults" in st.session_state:
+        return st.session_state[f"{key}_url_defaults"]
+    st.session_state[f"{key}_url_defaults"] = None
+    try:
+        asked = rec.query_from_url(st.query_params.to_dict())
+    except ValueError as exc:
+        st.warning(f"The question in the URL could not be read: {exc}")
+        return None
+    if asked:
+        st.session_state[f"{key}_query"] = asked
+        st.session_state[f"{key}_k"] = asked["k"]
+        st.session_state[f"{key}_url_defaults"] = {
+            "model": asked["model_params"], "nodes": asked["nodes"], "gpus_per_node": asked["gpus_per_node"],
+            "gpu_type": asked["gpu_type"], "seq_len": asked["seq_len"],
+            "global_batch_tokens": asked["global_batch_tokens"]}
+    return st.session_state[f"{key}_url_defaults"]
+
+
+def form(key: str, options: dict[str, list[Any]], defaults: dict[str, Any] | None = None,
+         url: bool = False) -> dict[str, Any] | None:
     """Render the form (prefilled from ``defaults``); returns the query of the last submission
-    (None before the first one)."""
+    (None before the first one). ``url``: the question lives in the page's URL
+    (rec.URL_FIELDS): a link with one is answered when opened, and each submission is written
+    there, so the answer can be shared."""
     gpu_types = ["any", *options.get("gpu_type", [])]
+    if url:
+        defaults = _from_url(key) or defaults
     _prefill(key, defaults or {}, gpu_types)
     with st.form(key=f"{key}_form", border=True):
         c = st.columns([1.1, 0.8, 0.8, 1.6, 1, 1.3, 0.7])
@@ -63,6 +89,8 @@ def form(key: str, options: dict[str, list[Any]], defaults: dict[str, Any] | Non
             st.warning("Give a model size, e.g. 8B.")
             return None
         st.session_state[f"{key}_query"] = rec.recommend_params(model, nodes, gpn, gpu, seq, gbt, k)
+        if url:
+            st.query_params.from_dict(rec.url_from_query(st.session_state[f"{key}_query"]))
     return st.session_state.get(f"{key}_query")
 
 

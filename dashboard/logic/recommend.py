@@ -109,6 +109,36 @@ def recommend_params(model: str, nodes: int, gpus_per_node: int, gpu_type: str |
             "k": int(k), "metric": metric}
 
 
+#: the question's URL parameters (the API's names), so a "what worked?" link answers when opened
+URL_FIELDS = ("model_params", "nodes", "gpus_per_node", "gpu_type", "seq_len", "global_batch_tokens", "k")
+
+
+def query_from_url(params: Mapping[str, str]) -> dict[str, Any] | None:
+    """The recommend query a page URL asks (``?model_params=8B&nodes=8&gpu_type=H100``), or None
+    when it asks none (no model_params or nodes). Raises ValueError naming the parameter and its
+    value when a number is not a positive integer."""
+    model, nodes = (params.get("model_params") or "").strip(), params.get("nodes")
+    if not model or not nodes:
+        return None
+
+    def positive(name: str, default: int | None) -> int | None:
+        raw = params.get(name)
+        if raw in (None, ""):
+            return default
+        if not str(raw).isdigit() or int(raw) < 1:
+            raise ValueError(f"{name}={raw!r} in the URL: a positive integer")
+        return int(raw)
+
+    return recommend_params(model, positive("nodes", None) or 1, positive("gpus_per_node", 8) or 8,
+                            params.get("gpu_type"), positive("seq_len", None),
+                            positive("global_batch_tokens", None), positive("k", 5) or 5)
+
+
+def url_from_query(query: Mapping[str, Any]) -> dict[str, str]:
+    """The URL parameters of a recommend query (only those given)."""
+    return {k: str(query[k]) for k in URL_FIELDS if query.get(k) is not None}
+
+
 def suggestion_rows(suggestions: Sequence[Candidate]) -> pd.DataFrame:
     """One row per suggested next run (GET /suggest), best first: config, predicted tokens/s per
     GPU and its interval, expected improvement, predicted peak memory, why."""
