@@ -133,6 +133,8 @@ def test_heatmap_page_shows_the_best_config_per_cell(live_api, data_dir, backend
     assert len(runs) == sum(1 for r in csv_rows(data_dir) if int(float(r["nodes"])) == 2)
     assert runs.iloc[0]["config"] == csv_label(csv_best(data_dir, 2))
     assert "run(s) in 1–2B × 2 nodes" in texts(at)
+    link = next(p.proto for p in at.get("page_link") if "What worked?" in p.proto.label)
+    assert "model_params=1.3B" in link.query_string and "nodes=2" in link.query_string  # the cell's question
     labels = [b.proto.label for b in at.get("download_button")]
     assert "Cells as CSV" in labels and ("Heatmap as PNG" in labels or "Heatmap as HTML" in labels)
 

@@ -6,7 +6,9 @@ import streamlit as st
 
 from dashboard import data, ui
 from dashboard.components import heatmap as view
+from dashboard.components import recommend
 from dashboard.logic import heatmap as hm
+from dashboard.logic import recommend as rq
 
 st.title("Best configuration per model size × nodes")
 ui.require_api()
@@ -34,8 +36,12 @@ st.subheader("Runs of a cell")
 selected = view.cell_picker(shown)
 if selected:
     view.cell_runs(selected, metric, params)
-    st.page_link("app_pages/what_worked.py", label="What worked? — nearest recorded configurations for a target",
-                 icon=":material/explore:")
+    asked = recommend.defaults_from_cell(selected)
+    st.page_link("app_pages/what_worked.py", label=f"What worked? for {asked['model']} on {asked['nodes']} node(s): "
+                 "ranked by the throughput model, with the runs it rests on", icon=":material/explore:",
+                 query_params=rq.url_from_query(rq.recommend_params(
+                     asked["model"], asked["nodes"], asked["gpus_per_node"], asked.get("gpu_type"),
+                     asked.get("seq_len"))))
 
 st.subheader("The grid as text")
 view.grid_text(grid)
