@@ -98,7 +98,8 @@ def scaling(options: dict[str, list[Any]], cells: list[dict[str, Any]]) -> None:
 
 
 def planner(options: dict[str, list[Any]]) -> None:
-    """GPUs = 6·N·tokens / (peak · MFU · time), MFU from the nearest recorded run unless given."""
+    """GPUs = 6·N·tokens / (peak · MFU · time) (C ≈ 6·N·D, Kaplan et al. 2020), the MFU the
+    throughput model predicts for the target unless given."""
     with st.form("plan_form", border=True):
         c = st.columns(6)
         d = PLAN_DEFAULTS
@@ -108,7 +109,7 @@ def planner(options: dict[str, list[Any]]) -> None:
         gpus = options.get("gpu_type", [])
         gpu = c[3].selectbox("GPU type", gpus, key="plan_gpu", accept_new_options=True,
                              index=gpus.index(d["gpu_type"]) if d["gpu_type"] in gpus else 0)
-        mfu = c[4].number_input("MFU % (0 = from runs)", min_value=0.0, max_value=100.0, value=0.0, key="plan_mfu")
+        mfu = c[4].number_input("MFU % (0 = predicted)", min_value=0.0, max_value=100.0, value=0.0, key="plan_mfu")
         peak = c[5].number_input("Peak TFLOP/s (0 = catalog)", min_value=0.0, value=0.0, key="plan_peak")
         submitted = st.form_submit_button("Plan", type="primary", key="plan_submit")
     if submitted:
@@ -120,8 +121,9 @@ def planner(options: dict[str, list[Any]]) -> None:
         gpus = options.get("gpu_type", [])
         query = {**PLAN_DEFAULTS, "gpu_type": PLAN_DEFAULTS["gpu_type"] if PLAN_DEFAULTS["gpu_type"] in gpus
                  else (gpus[0] if gpus else PLAN_DEFAULTS["gpu_type"])}
-        st.caption("The answer for the inputs above (MFU from the nearest recorded run, peak from the hardware "
-                   "catalog). The SmolLM3 playbook's example sets MFU 30 % and 720 TFLOP/s peak.")
+        st.caption("The answer for the inputs above (MFU: the throughput model's prediction for the target, "
+                   "fitted to the recorded runs; peak from the hardware catalog). The SmolLM3 playbook's example "
+                   "sets MFU 30 % and 720 TFLOP/s peak.")
     plan = _get("/plan", **query)
     if plan is None:
         return
