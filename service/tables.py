@@ -110,6 +110,12 @@ class Run(Base):
     retired_at: Mapped[datetime | None] = mapped_column(DateTime)
     retired_reason: Mapped[str | None] = mapped_column(Text)
 
+    # collective bandwidths the run recorded (all-reduce bus bandwidth, GB/s: nanotron's "AllReduce
+    # (GB/s)", "AR Intra-node (GB/s)"), copied from extra at ingest (service/derive.py, migration 0010)
+    # so that the throughput fit reads them without parsing JSON
+    allreduce_gb_s: Mapped[float | None] = mapped_column(Double)
+    ar_intra_node_gb_s: Mapped[float | None] = mapped_column(Double)
+
     __table_args__ = (
         Index("ux_runs_run_key", "run_key", unique=True),
         Index("ix_runs_heatmap", "model_size_class", "nodes", "status"),

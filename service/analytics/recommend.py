@@ -317,9 +317,9 @@ def prepare(session: Session, target: Target) -> Prepared:
     if target.nodes < 1 or target.gpus_per_node < 1:
         raise BadRequest("nodes and gpus_per_node must be >= 1",
                          [{"field": "nodes", "value": target.nodes, "message": "must be >= 1"}])
-    rows = th.load_configs(session)
+    rows, unknown = th.read_configs(session)
     notes: list[str] = []
-    skipped = th.skipped_note(th.count_unknown_layout(session))
+    skipped = th.skipped_note(unknown)
     if skipped:
         notes.append(skipped)
     try:
