@@ -287,3 +287,16 @@ def test_0010_backfills_recorded_bandwidths_as_the_write_path_derives_them(empty
         assert [got[r.run_key] for r in stored] == [(want, want) for _, want in _BANDWIDTH_CASES]
     finally:
         db.dispose()
+
+
+def test_recommender_indexes_follow_its_group_by_keys():
+    """ix_runs_config / ix_runs_oom (PostgreSQL) are keyed by the GROUP BY key of the queries they
+    serve, in its order (what lets PostgreSQL group the index entries without sorting)."""
+    from service.analytics import throughput as th
+    from service.tables import Run
+
+    indexes = {ix.name: [c.name for c in ix.expressions] for ix in Run.__table__.indexes
+               if ix.name in ("ix_runs_config", "ix_runs_oom")}
+    assert indexes["ix_runs_config"] == list(th.CONFIG_COLS)
+    assert indexes["ix_runs_oom"] == ["gpu_type", "model_size_class", "seq_len", "dp", "tp", "pp", "cp",
+                                      "zero_stage", "micro_batch_size", "recompute"]
