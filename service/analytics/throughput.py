@@ -197,8 +197,10 @@ def read_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -
                        *(sa.func.avg(col).label(key) for key, col in _BANDWIDTH_AVGS))
              .where(*_fit_filter(exclude)).group_by(*cols).order_by(*cols))
     rows, unknown = [], 0
-    for r in session.execute(query):
-        row = dict(r._mapping)
+    result = session.execute(query)
+    keys = list(result.keys())  # (row._mapping builds the key list again for every row)
+    for r in result:
+        row = dict(zip(keys, r))
         if any(row[d] is None for d in LAYOUT_DEGREES):
             unknown += row["n_runs"]
             continue
