@@ -6,8 +6,10 @@ that knows which backend it runs on.
   never `executemany`, ~10^3 rows/s). DuckDB writes are serialised by `Database.write_lock`, so
   the keys looked up just before are still new.
 - PostgreSQL: one `INSERT INTO runs … SELECT * FROM unnest(<one array per column>) ON CONFLICT
-  (run_key) DO NOTHING RETURNING run_key, id` — one statement with 57 parameters whatever the
-  batch size, whose plan the server can keep. A key a concurrent writer committed since the
+  (run_key) DO NOTHING RETURNING run_key, id` — one statement with one parameter per column
+  whatever the batch size, whose plan the server can keep. The arrays are sent in psycopg's binary
+  format (`%(name)b`): the text format escapes every element with regular expressions, ~half the
+  time of a 1,000-run batch. A key a concurrent writer committed since the
   lookup is skipped, not a unique violation: the caller looks it up again.
 
 Ids come from the `runs_id_seq` default, ingested_at is set by the caller.
@@ -60,16 +62,23 @@ _ARROW_SCHEMA = pa.schema([(c.name, _arrow_type(c)) for c in INSERT_COLUMNS])
 _SELECT_LIST = ", ".join("CAST(extra AS JSON)" if n == "extra" else n for n in _NAMES)
 _PG_INSERT = (f"INSERT INTO runs ({', '.join(_NAMES)}) "
               f"SELECT {_SELECT_LIST} FROM unnest("
-              + ", ".join(f"%({c.name})s::{_pg_array_type(c)}" for c in INSERT_COLUMNS)
+              + ", ".join(f"%({c.name})b::{_pg_array_type(c)}" for c in INSERT_COLUMNS)
               + f") AS t({', '.join(_NAMES)}) ON CONFLICT (run_key) DO NOTHING RETURNING run_key, id")
 
 
 _DUCKDB_LOOKUP = "SELECT run_key, content_hash FROM runs WHERE run_key = ANY(?)"
 
 
+#: DOUBLE columns: their values are sent as floats (a catalog figure or a derived value may be an int,
+#: and PostgreSQL's binary array parameters take one Python type per list)
+_FLOAT_NAMES = [c.name for c in INSERT_COLUMNS if isinstance(c.type, sa.Double | sa.Float)]
+
+
 def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
     data = {name: [r.get(name) for r in rows] for name in _NAMES}
     data["extra"] = [json.dumps(v) if v is not None else None for v in data["extra"]]
+    for name in _FLOAT_NAMES:
+        data[name] = [None if v is None else float(v) for v in data[name]]
     return data
 
 
