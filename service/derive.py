@@ -23,6 +23,9 @@ Derived values are computed one way for every run, whatever framework reported i
   (8·N + 16·L·h·s) · tokens/s / peak; otherwise hfu_derived = mfu_derived (selective recompute's
   extra attention FLOPs are ignored).
 - fingerprint: hash of config + hardware + framework/torch/CUDA/NCCL versions (regressions).
+- allreduce_gb_s, ar_intra_node_gb_s: the collective bandwidths the run recorded in extra (GB/s),
+  copied into columns of their own when they are numbers (a JSON number or numeric text, finite),
+  else None; extra keeps them as reported (migration 0010 backfills stored runs the same way).
 """
 
 from __future__ import annotations
@@ -43,6 +46,23 @@ FINGERPRINT_FIELDS = (
     "recompute", "precision", "framework", "framework_version", "torch_version", "cuda_version",
     "nccl_version",
 )
+
+
+#: extra keys of the collective bandwidths a run recorded, each also stored in the column of that name
+RECORDED_BANDWIDTHS = ("allreduce_gb_s", "ar_intra_node_gb_s")
+
+
+def _number(value: Any) -> float | None:
+    """A finite number given as a JSON number or numeric text; None for anything else (booleans too)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if isinstance(value, str) and "_" in value:  # float() reads '1_000'; SQL casts do not
+        return None
+    return number if math.isfinite(number) else None
 
 
 @dataclass(frozen=True)
@@ -214,6 +234,8 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         extra["derived_fields"] = sorted(set(derived) | set(extra.get("derived_fields") or []))
     if canonicalised:
         extra["canonicalised_fields"] = canonicalised
+    for key in RECORDED_BANDWIDTHS:
+        row[key] = _number(extra.get(key))
     row["extra"] = extra or None
     row["fingerprint"] = fingerprint(row)
     return row, errors

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import sqlalchemy as sa
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -110,6 +111,12 @@ class Run(Base):
     retired_at: Mapped[datetime | None] = mapped_column(DateTime)
     retired_reason: Mapped[str | None] = mapped_column(Text)
 
+    # collective bandwidths the run recorded (all-reduce bus bandwidth, GB/s: nanotron's "AllReduce
+    # (GB/s)", "AR Intra-node (GB/s)"), copied from extra at ingest (service/derive.py, migration 0010)
+    # so that the throughput fit reads them without parsing JSON
+    allreduce_gb_s: Mapped[float | None] = mapped_column(Double)
+    ar_intra_node_gb_s: Mapped[float | None] = mapped_column(Double)
+
     __table_args__ = (
         Index("ux_runs_run_key", "run_key", unique=True),
         Index("ix_runs_heatmap", "model_size_class", "nodes", "status"),
@@ -119,7 +126,7 @@ class Run(Base):
     )
 
 
-# PostgreSQL-only partial indexes (migration 0003): the heatmap's LATERAL top-1 per cell, the
+# PostgreSQL-only partial indexes (migrations 0003, 0010): the heatmap's LATERAL top-1 per cell, the
 # recommender's covering per-config scan and its recorded-OOM lookup. DuckDB has no partial
 # indexes; it answers those queries with arg_min/arg_max scans instead.
 Index("ix_runs_best_tps", Run.model_size_class, Run.nodes, Run.tokens_per_sec_per_gpu.desc().nulls_last(),
@@ -127,14 +134,17 @@ Index("ix_runs_best_tps", Run.model_size_class, Run.nodes, Run.tokens_per_sec_pe
       postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
 Index("ix_runs_best_mfu", Run.model_size_class, Run.nodes, func.coalesce(Run.mfu_derived, Run.mfu).desc().nulls_last(),
       Run.id, postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
-Index("ix_runs_config", Run.model_size_class, Run.nodes, Run.gpus_per_node, Run.gpu_type, Run.seq_len, Run.dp, Run.tp,
-      Run.pp, Run.cp, Run.ep, Run.zero_stage, Run.micro_batch_size, Run.grad_accum_steps, Run.recompute,
-      postgresql_include=["tokens_per_sec_per_gpu", "mfu_derived", "mfu", "global_batch_tokens", "peak_memory_gib",
-                          "id"],
-      postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
-Index("ix_runs_oom", Run.model_size_class,
-      postgresql_include=["tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute", "seq_len", "dp"],
-      postgresql_where=Run.status == "oom").ddl_if(dialect="postgresql")
+# the recommender's configuration aggregate (throughput.read_configs: its GROUP BY key in order, then
+# what it reads) and its recorded OOMs (recommend._oom_rows): index-only scans in GROUP BY order (0010)
+Index("ix_runs_config", Run.gpu_type, Run.framework, Run.precision, Run.model_params, Run.num_layers, Run.hidden_size,
+      Run.num_heads, Run.num_kv_heads, Run.ffn_hidden_size, Run.vocab_size, Run.seq_len, Run.nodes, Run.gpus_per_node,
+      Run.dp, Run.tp, Run.pp, Run.cp, Run.ep, Run.zero_stage, Run.micro_batch_size, Run.grad_accum_steps,
+      Run.recompute, Run.model_size_class,
+      postgresql_include=["tokens_per_sec_per_gpu", "id", "peak_memory_gib", "allreduce_gb_s", "ar_intra_node_gb_s"],
+      postgresql_where=sa.and_(Run.status == "success", Run.retired_at.is_(None))).ddl_if(dialect="postgresql")
+Index("ix_runs_oom", Run.gpu_type, Run.model_size_class, Run.seq_len, Run.dp, Run.tp, Run.pp, Run.cp, Run.zero_stage,
+      Run.micro_batch_size, Run.recompute, postgresql_include=["id"],
+      postgresql_where=sa.and_(Run.status == "oom", Run.retired_at.is_(None))).ddl_if(dialect="postgresql")
 
 
 class ApiToken(Base):

@@ -251,3 +251,52 @@ def test_0008_degrees_nullable_and_downgrade_fills_null_with_1(empty_url):
         assert len(inserted) == 10
     finally:
         db.dispose()
+
+
+#: extra values of a recorded bandwidth and the number the column gets (None: not a number)
+_BANDWIDTH_CASES = ((12.5, 12.5), (40, 40.0), ("17.25", 17.25), (" 3e1 ", 30.0), ("fast", None), (True, None),
+                    ("nan", None), ("inf", None), (None, None))
+
+
+def test_0010_backfills_recorded_bandwidths_as_the_write_path_derives_them(empty_url):
+    """0010 copies extra.allreduce_gb_s / ar_intra_node_gb_s into their columns when they are numbers
+    (JSON number or numeric text, finite); the write path of today stores the same value for the
+    same extra."""
+    db = Database(empty_url)
+    try:
+        db.upgrade("0009")
+        table = sa.Table("runs", sa.MetaData(), autoload_with=db.engine)
+        rows = _insert_runs(db, len(_BANDWIDTH_CASES), seed=10)
+        with db.engine.begin() as conn:
+            for row, (value, _) in zip(rows, _BANDWIDTH_CASES):
+                extra = {"allreduce_gb_s": value, "ar_intra_node_gb_s": value} if value is not None else None
+                conn.execute(table.update().where(table.c.run_key == row["run_key"]).values(extra=extra))
+        db.upgrade("0010")
+        with db.engine.connect() as conn:
+            got = {k: (a, b) for k, a, b in conn.execute(sa.text(
+                "SELECT run_key, allreduce_gb_s, ar_intra_node_gb_s FROM runs"))}
+        assert [got[r["run_key"]] for r in rows] == [(want, want) for _, want in _BANDWIDTH_CASES]
+        payloads = list(benchtool.generate_runs(len(_BANDWIDTH_CASES), 11, prefix="bw"))
+        for payload, (value, _) in zip(payloads, _BANDWIDTH_CASES):
+            payload["extra"] = {"allreduce_gb_s": value, "ar_intra_node_gb_s": value}
+        with db.session(write=True) as session:
+            stored, _, _ = store.store_runs(session, payloads)
+        with db.engine.connect() as conn:
+            got = {k: (a, b) for k, a, b in conn.execute(sa.text(
+                "SELECT run_key, allreduce_gb_s, ar_intra_node_gb_s FROM runs"))}
+        assert [got[r.run_key] for r in stored] == [(want, want) for _, want in _BANDWIDTH_CASES]
+    finally:
+        db.dispose()
+
+
+def test_recommender_indexes_follow_its_group_by_keys():
+    """ix_runs_config / ix_runs_oom (PostgreSQL) are keyed by the GROUP BY key of the queries they
+    serve, in its order (what lets PostgreSQL group the index entries without sorting)."""
+    from service.analytics import throughput as th
+    from service.tables import Run
+
+    indexes = {ix.name: [c.name for c in ix.expressions] for ix in Run.__table__.indexes
+               if ix.name in ("ix_runs_config", "ix_runs_oom")}
+    assert indexes["ix_runs_config"] == list(th.CONFIG_COLS)
+    assert indexes["ix_runs_oom"] == ["gpu_type", "model_size_class", "seq_len", "dp", "tp", "pp", "cp",
+                                      "zero_stage", "micro_batch_size", "recompute"]

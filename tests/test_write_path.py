@@ -161,3 +161,22 @@ def test_reimport_of_a_file_with_one_row_added_stores_that_row(live_api, data_di
     write(rows)
     again = run_import()
     assert again["stored"] == 1 and again["rejected"] == first["rejected"]
+
+
+def test_a_batch_mixing_int_and_float_values_in_a_double_column_is_stored(database):
+    """The bulk insert sends each column as one array (binary on PostgreSQL, one Python type per
+    list): a DOUBLE column whose rows hold ints and floats — e.g. a catalog peak of 989 next to
+    312.5 — is stored as those numbers on both backends."""
+    from datetime import datetime
+
+    from service import bulk
+
+    rows = store.validate_records([run(run_key=k) for k in ("i", "f", "n")])
+    for r, value in zip(rows, (989, 312.5, None)):
+        r["peak_tflops"], r["ingested_at"] = value, datetime(2026, 1, 1)
+    with database.session(write=True) as session:
+        ids = bulk.insert(session, rows)
+    assert set(ids) == {"i", "f", "n"}
+    with database.session() as session:
+        got = dict(session.execute(sa.text("SELECT run_key, peak_tflops FROM runs")).all())
+    assert got == {"i": 989.0, "f": 312.5, "n": None}

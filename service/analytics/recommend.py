@@ -130,13 +130,20 @@ def distance(row: dict[str, Any], size_class: float | None, nodes: int, seq: int
                  + _log_ratio(row.get("seq_len"), seq) + hw_penalty(gpu, row.get("gpu_type")), 4)
 
 
-def _oom_rows(session: Session) -> list[dict[str, Any]]:
-    """Recorded OOMs (not retired), one row per distinct configuration."""
+def _oom_rows(session: Session, ctx: dict[str, Any]) -> list[dict[str, Any]]:
+    """Recorded OOMs (not retired) that can veto a candidate for the completed target `ctx`: those
+    of its GPU type, size class and seq_len (the equalities oom_implied checks first), one row per
+    distinct configuration. (On PostgreSQL a range of ix_runs_oom, whose key starts with those.)"""
     cols = [Run.gpu_type, Run.model_size_class, Run.seq_len, Run.dp, Run.tp, Run.pp, Run.cp, Run.zero_stage,
             Run.micro_batch_size, Run.recompute]
+    same = [col.is_(None) if value is None else col == value
+            for col, value in ((Run.gpu_type, ctx["gpu_type"]), (Run.model_size_class, ctx["size_class"]),
+                               (Run.seq_len, ctx["seq_len"]))]
     query = sa.select(*cols, sa.func.min(Run.id).label("run_id")).where(
-        Run.status == "oom", Run.retired_at.is_(None)).group_by(*cols)
-    return [dict(r._mapping) for r in session.execute(query)]
+        Run.status == "oom", Run.retired_at.is_(None), *same).group_by(*cols)
+    result = session.execute(query)
+    keys = list(result.keys())  # (row._mapping builds the key list again for every row)
+    return [dict(zip(keys, r)) for r in result]
 
 
 def oom_implied(cfg: dict[str, Any], ctx: dict[str, Any], ooms: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -326,9 +333,9 @@ def prepare(session: Session, target: Target) -> Prepared:
     if target.nodes < 1 or target.gpus_per_node < 1:
         raise BadRequest("nodes and gpus_per_node must be >= 1",
                          [{"field": "nodes", "value": target.nodes, "message": "must be >= 1"}])
-    rows = th.load_configs(session)
+    rows, unknown = th.read_configs(session)
     notes: list[str] = []
-    skipped = th.skipped_note(th.count_unknown_layout(session))
+    skipped = th.skipped_note(unknown)
     if skipped:
         notes.append(skipped)
     try:
@@ -341,7 +348,7 @@ def prepare(session: Session, target: Target) -> Prepared:
     fit = model.fit_for(ctx["gpu_type"], ctx["framework"])
     if fit.status == "prior" or fit.reason:
         notes.append(fit.reason or "prior parameters")
-    return Prepared(rows, ctx, model, fit, _oom_rows(session), notes)
+    return Prepared(rows, ctx, model, fit, _oom_rows(session, ctx), notes)
 
 
 def scored(prep: Prepared, skip: set[tuple] | None = None, *, anchor: bool = True) -> list[Scored]:

@@ -174,8 +174,8 @@ def fit(rows: list[dict[str, Any]], group: dict[str, Any]) -> Fit:
                loo_log_sigma=float(1.4826 * np.median(np.abs(loo))))
 
 
-def _json_float(key: str) -> sa.ColumnElement:
-    return Run.extra[key].as_float()
+#: configuration rows' recorded bandwidth averages: (row key, runs column — copied from extra at ingest)
+_BANDWIDTH_AVGS = (("allreduce_gb_s", Run.allreduce_gb_s), ("ar_intra_gb_s", Run.ar_intra_node_gb_s))
 
 
 #: the parallelism degrees a configuration needs known to be costed, fitted on or adapted: a run that
@@ -192,38 +192,49 @@ def _fit_filter(exclude: sa.ColumnElement | None) -> list[sa.ColumnElement]:
     return where
 
 
-def load_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -> list[dict[str, Any]]:
-    """Successful, not retired runs with a known precision, a tokens/s/GPU and known dp, tp, pp, cp
-    (LAYOUT_DEGREES), aggregated per configuration (CONFIG_COLS) in SQL: n_runs, best
-    tokens_per_sec_per_gpu, first run id, mean recorded all-reduce bandwidths (GB/s; None when no
-    run recorded them). Thousands of rows for a million runs. `exclude`: an extra SQL condition on
-    runs to leave out (tests, bench). Runs with an unknown degree are left out (never read as 1):
-    count_unknown_layout says how many."""
+def read_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -> tuple[list[dict[str, Any]], int]:
+    """(load_configs' rows, count_unknown_layout's count) from one scan of `runs`: the runs are
+    grouped by CONFIG_COLS (an unknown degree makes groups of its own, which are counted, then
+    left out)."""
     cols = [getattr(Run, c) for c in CONFIG_COLS]
-    where = _fit_filter(exclude) + [getattr(Run, d).is_not(None) for d in LAYOUT_DEGREES]
     query = (sa.select(*cols, sa.func.count().label("n_runs"),
                        sa.func.max(Run.tokens_per_sec_per_gpu).label("tokens_per_sec_per_gpu"),
                        sa.func.min(Run.id).label("first_id"),
                        sa.func.max(Run.peak_memory_gib).label("peak_memory_gib"),
-                       sa.func.avg(_json_float("allreduce_gb_s")).label("allreduce_gb_s"),
-                       sa.func.avg(_json_float("ar_intra_node_gb_s")).label("ar_intra_gb_s"))
-             .where(*where).group_by(*cols).order_by(*cols))
-    rows = [dict(r._mapping) for r in session.execute(query)]
-    # a parallel aggregate's float sum may differ in its last bits from one call to the next: rounded
-    # here so that the same runs always give the same fit (and the same answer to the same request)
-    for r in rows:
-        for k in ("allreduce_gb_s", "ar_intra_gb_s"):
-            if r[k] is not None:
-                r[k] = round(float(r[k]), 6)
-    return rows
+                       *(sa.func.avg(col).label(key) for key, col in _BANDWIDTH_AVGS))
+             .where(*_fit_filter(exclude)).group_by(*cols).order_by(*cols))
+    rows, unknown = [], 0
+    result = session.execute(query)
+    keys = list(result.keys())  # (row._mapping builds the key list again for every row)
+    for r in result:
+        row = dict(zip(keys, r))
+        if any(row[d] is None for d in LAYOUT_DEGREES):
+            unknown += row["n_runs"]
+            continue
+        # a parallel aggregate's float sum may differ in its last bits from one call to the next: rounded
+        # here so that the same runs always give the same fit (and the same answer to the same request)
+        for key, _ in _BANDWIDTH_AVGS:
+            if row[key] is not None:
+                row[key] = round(float(row[key]), 6)
+        rows.append(row)
+    return rows, unknown
+
+
+def load_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -> list[dict[str, Any]]:
+    """Successful, not retired runs with a known precision, a tokens/s/GPU and known dp, tp, pp, cp
+    (LAYOUT_DEGREES), aggregated per configuration (CONFIG_COLS) in SQL: n_runs, best
+    tokens_per_sec_per_gpu, first run id, mean recorded all-reduce bandwidths (GB/s, the runs'
+    allreduce_gb_s / ar_intra_node_gb_s columns, as `allreduce_gb_s` / `ar_intra_gb_s`; None when
+    no run recorded them). Thousands of rows for a million runs. `exclude`: an extra SQL condition
+    on runs to leave out (tests, bench). Runs with an unknown degree are left out (never read as
+    1): count_unknown_layout says how many; read_configs gives both from one scan."""
+    return read_configs(session, exclude=exclude)[0]
 
 
 def count_unknown_layout(session: Session, *, exclude: sa.ColumnElement | None = None) -> int:
     """How many runs load_configs would read but for an unknown (NULL) dp, tp, pp or cp: skipped
     as fit data and as layouts to adapt."""
-    unknown = sa.or_(*(getattr(Run, d).is_(None) for d in LAYOUT_DEGREES))
-    query = sa.select(sa.func.count()).select_from(Run).where(*_fit_filter(exclude), unknown)
-    return int(session.execute(query).scalar_one())
+    return read_configs(session, exclude=exclude)[1]
 
 
 def skipped_note(n: int) -> str | None:
