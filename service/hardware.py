@@ -256,14 +256,16 @@ def canonical_gpu_type(gpu_type: str | None) -> str | None:
     return acc.name if acc else None
 
 
-def peak_tflops(gpu_type: str | None, precision: str | None = "bf16") -> float | None:
-    """Dense peak TFLOP/s of one accelerator at a precision (default bf16).
+def peak_tflops(gpu_type: str | None, precision: str | None) -> float | None:
+    """Dense peak TFLOP/s of one accelerator at a precision (bf16, fp16, fp8, fp4, tf32, fp32, or
+    the strings frameworks write for them: canonical_precision).
 
-    A precision the catalog lists no figure for (e.g. fp8 on A100) falls back to bf16, the
-    mixed-precision matmul peak. Returns None for unknown hardware.
+    Returns None for unknown hardware, for no precision, and for a precision the catalog lists no
+    figure for on that accelerator (fp8 on A100, bf16 on V100, an unknown string): an MFU against
+    another precision's peak would be a guess.
     """
     acc = lookup(gpu_type)
-    if acc is None:
+    key = canonical_precision(precision)
+    if acc is None or key is None:
         return None
-    key = canonical_precision(precision) or "bf16"
-    return acc.peak_tflops.get(key) or acc.peak_tflops.get("bf16")
+    return acc.peak_tflops.get(key)

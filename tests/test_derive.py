@@ -59,8 +59,9 @@ def test_precision_canonical(raw, key):
 def test_peaks_follow_precision():
     assert hardware.peak_tflops("H100", "bf16") == 989.0
     assert hardware.peak_tflops("H100", "fp8") == 1979.0
-    assert hardware.peak_tflops("A100", "fp8") == 312.0  # no FP8 on A100: falls back to bf16
-    assert hardware.peak_tflops("unknown-gpu") is None
+    assert hardware.peak_tflops("A100", "fp8") is None  # no FP8 on A100: no peak, rather than bf16's
+    assert hardware.peak_tflops("H100", "int8") is None and hardware.peak_tflops("H100", None) is None
+    assert hardware.peak_tflops("unknown-gpu", "bf16") is None
 
 
 def test_mfu_derived_matches_the_sweeps_own_mfu(data_dir):

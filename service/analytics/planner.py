@@ -155,9 +155,11 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
             raise BadRequest("pass gpu_type (a catalog entry) or peak_tflops to know the peak FLOP/s",
                              [{"field": "gpu_type", "value": gpu_type, "message": "needed for the peak"}])
         peak_tflops = hardware.peak_tflops(acc.name, precision)
-        peak_source = f"catalog: {acc.name} {hardware.canonical_precision(precision) or 'bf16'} dense ({acc.source})"
-        # every catalog entry lists a bf16 peak, the fallback for any precision
-        assert peak_tflops is not None
+        if peak_tflops is None:
+            raise BadRequest(f"the catalog has no {precision} peak for {acc.name}: pass another precision or "
+                             "peak_tflops", [{"field": "precision", "value": precision,
+                                              "message": f"no {acc.name} peak at this precision"}])
+        peak_source = f"catalog: {acc.name} {hardware.canonical_precision(precision)} dense ({acc.source})"
 
     seconds = days * SECONDS_PER_DAY
     total_flops = 6.0 * n_params * n_tokens

@@ -134,8 +134,11 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     world = dp * tp * pp * cp
     n_params = cfg.get("model_params") or model.total_params()
     zero = _int(cfg, "zero_stage", 0)
-    precision = hardware.canonical_precision(cfg.get("precision")) or "bf16"
-    peak = (hardware.peak_tflops(acc.name, precision) or 0.0) * 1e12
+    precision = hardware.canonical_precision(cfg.get("precision"))
+    peak_tflops = hardware.peak_tflops(acc.name, precision)
+    if not peak_tflops:  # never costed against another precision's peak
+        raise ValueError(f"precision {precision!r}: the catalog has no {acc.name} peak for it")
+    peak = peak_tflops * 1e12
     gbt = dp * mbs * gas * seq
 
     # FLOPs [PaLM][NA21 §3.3]: per token (6N + 12·L·h·s); full recompute adds one forward pass
