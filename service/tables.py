@@ -134,6 +134,10 @@ Index("ix_runs_best_tps", Run.model_size_class, Run.nodes, Run.tokens_per_sec_pe
       postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
 Index("ix_runs_best_mfu", Run.model_size_class, Run.nodes, func.coalesce(Run.mfu_derived, Run.mfu).desc().nulls_last(),
       Run.id, postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
+# the heatmap's per-cell counts over the live runs (heatmap._cells_lateral): an index-only scan (0011)
+Index("ix_runs_cells", Run.model_size_class, Run.nodes, Run.status, postgresql_include=["gpu_type", "seq_len"],
+      postgresql_where=sa.and_(Run.retired_at.is_(None), Run.model_size_class.is_not(None), Run.nodes.is_not(None))
+      ).ddl_if(dialect="postgresql")
 # the recommender's configuration aggregate (throughput.read_configs: its GROUP BY key in order, then
 # what it reads) and its recorded OOMs (recommend._oom_rows): index-only scans in GROUP BY order (0010)
 Index("ix_runs_config", Run.gpu_type, Run.framework, Run.precision, Run.model_params, Run.num_layers, Run.hidden_size,

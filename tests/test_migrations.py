@@ -300,3 +300,29 @@ def test_recommender_indexes_follow_its_group_by_keys():
     assert indexes["ix_runs_config"] == list(th.CONFIG_COLS)
     assert indexes["ix_runs_oom"] == ["gpu_type", "model_size_class", "seq_len", "dp", "tp", "pp", "cp",
                                       "zero_stage", "micro_batch_size", "recompute"]
+
+
+def test_heatmap_counts_can_be_answered_from_ix_runs_cells(empty_url, backend):
+    """On PostgreSQL the heatmap's per-cell count (the query it sends, filtered by the dashboard's
+    default slice or not) may be an index-only scan of ix_runs_cells: the index's predicate is implied
+    by the query's conditions (else PostgreSQL could not use it, whatever the table size)."""
+    if backend != "postgresql":
+        pytest.skip("a PostgreSQL index (DuckDB aggregates from its columnar scan)")
+    from sqlalchemy.dialects import postgresql
+
+    from service.analytics import heatmap as hm
+
+    db = Database(empty_url)
+    try:
+        db.upgrade()
+        _insert_runs(db, 50, seed=5)
+        for filters in (hm.HeatmapFilters(), hm.HeatmapFilters(gpu_type="H100-SXM-80GB", seq_len=4096)):
+            query = hm._cells_lateral(hm.metric_expr("tokens_per_sec_per_gpu"), filters.conditions())
+            sql = str(query.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+            with db.engine.begin() as conn:
+                conn.execute(sa.text("SET LOCAL enable_seqscan = off"))
+                conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
+                plan = "\n".join(r[0] for r in conn.execute(sa.text("EXPLAIN " + sql)))
+            assert "ix_runs_cells" in plan, plan
+    finally:
+        db.dispose()
