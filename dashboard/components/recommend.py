@@ -14,6 +14,7 @@ import streamlit as st
 from dashboard import data, ui
 from dashboard.logic import recommend as rec
 from dashboard.logic.fmt import config_label, pct, size_label
+from dashboard.logic.runs import styled
 
 
 def defaults_from_cell(cell: dict[str, Any] | None) -> dict[str, Any]:
@@ -114,12 +115,11 @@ def render(body: dict[str, Any]) -> None:
         st.info("No configuration is predicted to fit this target: record runs of a nearby model size or node "
                 "count, or relax the GPU type / sequence length.")
         return
-    st.dataframe(rec.candidate_rows(candidates, target), hide_index=True, key=None, column_config={
-        "predicted_mfu": st.column_config.NumberColumn("predicted MFU", format="percent"),
-        "predicted_tokens_per_sec_per_gpu": st.column_config.NumberColumn("predicted tok/s/GPU", format="localized"),
-        "measured_tokens_per_sec_per_gpu": st.column_config.NumberColumn("measured here", format="localized"),
-        "predicted_peak_memory_gib": st.column_config.NumberColumn("predicted GiB", format="%.1f"),
-    })
+    st.dataframe(styled(rec.candidate_rows(candidates, target), rec.TABLE_FORMATS), hide_index=True, key=None,
+                 column_config={"predicted_mfu": "predicted MFU",
+                                "predicted_tokens_per_sec_per_gpu": "predicted tok/s/GPU",
+                                "measured_tokens_per_sec_per_gpu": "measured here",
+                                "predicted_peak_memory_gib": "predicted GiB"})
     for i, c in enumerate(candidates, 1):
         card(i, c, target)
 
@@ -163,9 +163,7 @@ def next_runs(query: dict[str, Any]) -> None:
         st.caption("Best recorded on this target: "
                    + (f"{best['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU (run #{best['id']})" if best else "none yet")
                    + ". Never a configuration already recorded here, never one predicted or recorded to OOM.")
-        st.dataframe(rec.suggestion_rows(body.get("suggestions") or []), hide_index=True, key=None, column_config={
-            "predicted_tokens_per_sec_per_gpu": st.column_config.NumberColumn("predicted tok/s/GPU",
-                                                                              format="localized"),
-            "expected_improvement": st.column_config.NumberColumn("expected improvement", format="percent"),
-            "predicted_peak_memory_gib": st.column_config.NumberColumn("predicted GiB", format="%.1f"),
-        })
+        st.dataframe(styled(rec.suggestion_rows(body.get("suggestions") or []), rec.TABLE_FORMATS), hide_index=True,
+                     key=None, column_config={"predicted_tokens_per_sec_per_gpu": "predicted tok/s/GPU",
+                                              "expected_improvement": "expected improvement",
+                                              "predicted_peak_memory_gib": "predicted GiB"})

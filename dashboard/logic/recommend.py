@@ -54,6 +54,13 @@ def interval_text(candidate: Candidate) -> str:
     return f"{lo:,.0f}–{hi:,.0f}" if lo is not None and hi is not None else "?"
 
 
+#: how the candidate and suggestion tables write their numbers (runs.styled: a missing value is "—")
+TABLE_FORMATS: dict[str, str] = {
+    "predicted_tokens_per_sec_per_gpu": "{:,.0f}", "measured_tokens_per_sec_per_gpu": "{:,.0f}",
+    "predicted_mfu": "{:.1%}", "predicted_peak_memory_gib": "{:.1f}", "expected_improvement": "{:.1%}",
+}
+
+
 def candidate_rows(candidates: Sequence[Candidate], target: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """One row per candidate, best first: config, predicted tokens/s per GPU and its interval,
     predicted MFU and peak memory, the measured figure when it ran on this target, evidence."""
