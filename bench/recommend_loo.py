@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,22 +172,36 @@ def print_table(cells: list[dict], summary: dict, commit: str) -> None:
           f"held-out (LOO) median error {_pct(m['loo_median_rel_err'])}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def commit() -> str:
+    """The checked-out commit, short (printed with every figure)."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def main_over_cells(argv: list[str] | None, doc: str, run_cell: Callable[..., dict],
+                    summarise: Callable[[list[dict]], dict],
+                    print_table: Callable[[list[dict], dict, str], None]) -> int:
+    """The command line of a leave-one-cell-out bench (this one, bench/suggest_replay.py): each cell
+    of the sweep run by ``run_cell(cell, records, workdir)``, summarised, printed as a table or, with
+    --json, as {"commit", "cells", "summary"}; --cells N runs only the first N cells (a quick look)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cells", type=int, default=0, help="only the first N cells (quick look)")
     args = parser.parse_args(argv)
     records = load()
-    cells = sorted({cell_of(r) for r in records})
+    cells = sorted({cell_of(r) for r in records})[:args.cells or None]
     with tempfile.TemporaryDirectory() as tmp:
         results = [run_cell(cell, records, Path(tmp)) for cell in cells]
     summary = summarise(results)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
     if args.json:
-        print(json.dumps({"commit": commit, "cells": results, "summary": summary}, indent=2, default=str))
+        print(json.dumps({"commit": commit(), "cells": results, "summary": summary}, indent=2, default=str))
     else:
-        print_table(results, summary, commit)
+        print_table(results, summary, commit())
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return main_over_cells(argv, __doc__ or "", run_cell, summarise, print_table)
 
 
 if __name__ == "__main__":

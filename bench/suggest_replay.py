@@ -17,13 +17,9 @@ Usage: .venv/bin/python bench/suggest_replay.py [--json]
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +28,17 @@ if str(REPO) not in sys.path:
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from bench.recommend_loo import GBT, GPU, KEY, RETIRE, SEQ, cell_of, data_dir, load, retired  # noqa: E402
+from bench.recommend_loo import (  # noqa: E402
+    GBT,
+    GPU,
+    KEY,
+    RETIRE,
+    SEQ,
+    cell_of,
+    data_dir,
+    main_over_cells,
+    retired,
+)
 from service import retire, store  # noqa: E402
 from service.api import create_app  # noqa: E402
 from service.db import Database  # noqa: E402
@@ -155,24 +161,7 @@ def print_table(cells: list[dict], summary: dict, commit: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--cells", type=int, default=0, help="only the first N cells (quick look)")
-    args = parser.parse_args(argv)
-    records = load()
-    cells = sorted({cell_of(r) for r in records})
-    if args.cells:
-        cells = cells[:args.cells]
-    with tempfile.TemporaryDirectory() as tmp:
-        results = [run_cell(cell, records, Path(tmp)) for cell in cells]
-    summary = summarise(results)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
-    if args.json:
-        print(json.dumps({"commit": commit, "cells": results, "summary": summary}, indent=2, default=str))
-    else:
-        print_table(results, summary, commit)
-    return 0
+    return main_over_cells(argv, __doc__ or "", run_cell, summarise, print_table)
 
 
 if __name__ == "__main__":
