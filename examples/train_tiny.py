@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     if distributed:
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     rank = dist.get_rank() if distributed else 0
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
+    device = (torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available()
+              else torch.device("cpu"))
     if device.type == "cuda":
         torch.cuda.set_device(device)
     torch.manual_seed(1234)
@@ -167,10 +168,18 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.result_json).write_text(json.dumps({
                 "record": rec.record, "push_status": rec.result.status if rec.result else None}, default=str))
         if distributed:
+            # tear down in order: both ranks past their last collective (when no error is in flight:
+            # a crashed peer would leave the barrier waiting), the DDP reducer released, then the
+            # process group (gloo aborted one rank at exit, "terminate called without an active
+            # exception", when the group went while the other rank's reducer still held it)
+            if sys.exc_info()[0] is None:
+                dist.barrier()
+            del ddp
             dist.destroy_process_group()
     if rank == 0:
         r = rec.record or {}
-        print(f"{name}: {r.get('tokens_per_sec_per_gpu') or 0:.0f} tokens/s/GPU, step {r.get('step_time_s') or 0:.3f} s, "
+        print(f"{name}: {r.get('tokens_per_sec_per_gpu') or 0:.0f} tokens/s/GPU, "
+              f"step {r.get('step_time_s') or 0:.3f} s, "
               f"loss {loss.item() * args.grad_accum:.3f} (ln 256 = {math.log(VOCAB):.3f}); "
               f"push: {rec.result.status if rec.result else 'off'} run_key {rec.run_key}")
     return 0
