@@ -302,12 +302,11 @@ def test_recommender_indexes_follow_its_group_by_keys():
                                       "zero_stage", "micro_batch_size", "recompute"]
 
 
+@pytest.mark.parametrize("backend", ["postgresql"])  # a PostgreSQL index (DuckDB aggregates from its columns)
 def test_heatmap_counts_can_be_answered_from_ix_runs_cells(empty_url, backend):
     """On PostgreSQL the heatmap's per-cell count (the query it sends, filtered by the dashboard's
     default slice or not) may be an index-only scan of ix_runs_cells: the index's predicate is implied
     by the query's conditions (else PostgreSQL could not use it, whatever the table size)."""
-    if backend != "postgresql":
-        pytest.skip("a PostgreSQL index (DuckDB aggregates from its columnar scan)")
     from sqlalchemy.dialects import postgresql
 
     from service.analytics import heatmap as hm

@@ -7,8 +7,12 @@ oversized body is refused without being held in memory.
 from __future__ import annotations
 
 import json
+import logging
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("scalebook.api")
 
 
 class BodyTooLarge(Exception):
@@ -56,6 +60,9 @@ class BodySizeLimit:
         except BodyTooLarge:
             if not started:
                 await self._reject(send, seen)
+        except ClientDisconnect:  # the client went away mid-body: nobody to answer, not our error
+            log.info("client disconnected before its request body was read: %s %s", scope.get("method"),
+                     scope.get("path"))
 
     async def _reject(self, send: Send, size: int) -> None:
         body = json.dumps({"error": {"code": "payload_too_large",
