@@ -134,6 +134,10 @@ Index("ix_runs_best_tps", Run.model_size_class, Run.nodes, Run.tokens_per_sec_pe
       postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
 Index("ix_runs_best_mfu", Run.model_size_class, Run.nodes, func.coalesce(Run.mfu_derived, Run.mfu).desc().nulls_last(),
       Run.id, postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
+# the best run per cell on a slice (gpu_type, seq_len: the dashboard's default view), ranked by tokens/s (0011)
+Index("ix_runs_best_tps_slice", Run.gpu_type, Run.seq_len, Run.model_size_class, Run.nodes,
+      Run.tokens_per_sec_per_gpu.desc().nulls_last(), func.coalesce(Run.mfu_derived, Run.mfu).desc().nulls_last(),
+      Run.id, postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
 # the heatmap's per-cell counts over the live runs (heatmap._cells_lateral): an index-only scan (0011)
 Index("ix_runs_cells", Run.model_size_class, Run.nodes, Run.status, postgresql_include=["gpu_type", "seq_len"],
       postgresql_where=sa.and_(Run.retired_at.is_(None), Run.model_size_class.is_not(None), Run.nodes.is_not(None))

@@ -303,7 +303,7 @@ def test_recommender_indexes_follow_its_group_by_keys():
 
 
 @pytest.mark.parametrize("backend", ["postgresql"])  # a PostgreSQL index (DuckDB aggregates from its columns)
-def test_heatmap_counts_can_be_answered_from_ix_runs_cells(empty_url, backend):
+def test_heatmap_can_be_answered_from_its_indexes(empty_url, backend):
     """On PostgreSQL the heatmap's per-cell count (the query it sends, filtered by the dashboard's
     default slice or not) may be an index-only scan of ix_runs_cells: the index's predicate is implied
     by the query's conditions (else PostgreSQL could not use it, whatever the table size)."""
@@ -323,5 +323,7 @@ def test_heatmap_counts_can_be_answered_from_ix_runs_cells(empty_url, backend):
                 conn.execute(sa.text("SET LOCAL enable_bitmapscan = off"))
                 plan = "\n".join(r[0] for r in conn.execute(sa.text("EXPLAIN " + sql)))
             assert "ix_runs_cells" in plan, plan
+            if filters.gpu_type:  # the slice's best run per cell: one probe of the slice's index
+                assert "ix_runs_best_tps_slice" in plan, plan
     finally:
         db.dispose()
