@@ -472,6 +472,8 @@ def test_recommend_question_round_trips_through_the_url():
     assert rq.query_from_url({"nodes": "8"}) is None and rq.query_from_url({}) is None
     with pytest.raises(ValueError, match="nodes='eight'"):
         rq.query_from_url({"model_params": "8B", "nodes": "eight"})
+    with pytest.raises(ValueError, match="at most 50"):
+        rq.query_from_url({"model_params": "8B", "nodes": "8", "k": "500"})
 
 
 def test_sql_result_table():

@@ -224,6 +224,12 @@ def test_what_worked_link_answers_when_opened_and_submissions_go_into_the_url(li
     at.number_input(key="ww_nodes").set_value(2)
     at.button(key="ww_submit").click().run()
     assert at.query_params["nodes"] in ("2", ["2"]) and "on 2 node(s)" in texts(at)
+    # another link in the same session (a heatmap cell's): its own question is answered
+    at.query_params.clear()
+    at.query_params.update({"model_params": "1.34B", "nodes": "1", "gpu_type": "H100", "k": "3"})
+    at.run()
+    assert not at.exception and "on 1 node(s)" in texts(at) and at.number_input(key="ww_nodes").value == 1
+    assert at.selectbox(key="ww_gpu").value == "H100"  # shown as the link asks it
 
 
 @DUCKDB

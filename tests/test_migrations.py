@@ -255,7 +255,7 @@ def test_0008_degrees_nullable_and_downgrade_fills_null_with_1(empty_url):
 
 #: extra values of a recorded bandwidth and the number the column gets (None: not a number)
 _BANDWIDTH_CASES = ((12.5, 12.5), (40, 40.0), ("17.25", 17.25), (" 3e1 ", 30.0), ("fast", None), (True, None),
-                    ("nan", None), ("inf", None), (None, None))
+                    ("nan", None), ("inf", None), ("1_000", None), ("1e999", None), ("1e-400", 0.0), (None, None))
 
 
 def test_0010_backfills_recorded_bandwidths_as_the_write_path_derives_them(empty_url):

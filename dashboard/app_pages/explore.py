@@ -76,8 +76,10 @@ st.subheader("Selected runs")
 if ids:
     chosen = shown[shown["id"].isin(ids)]
     st.markdown(f"**{len(chosen)} run(s) selected** in the scatter")
-    st.page_link("app_pages/runs.py", label="Compare them side by side on the Runs page",
-                 query_params={"runs_cmp_ids": ", ".join(str(i) for i in ids[:4])}, icon=":material/compare:")
+    if len(chosen):  # the selection as narrowed by the ranges
+        st.page_link("app_pages/runs.py", label="Compare them side by side on the Runs page",
+                     query_params={"runs_cmp_ids": ", ".join(str(i) for i in chosen["id"].head(4))},
+                     icon=":material/compare:")
 else:
     chosen = shown
     st.caption("Select points in the scatter (click, box or lasso) to list those runs; "

@@ -44,11 +44,18 @@ def _prefill(key: str, defaults: dict[str, Any], gpu_types: list[str]) -> None:
     })
 
 
+def _url_signature() -> str:
+    return repr(sorted(st.query_params.to_dict().items()))
+
+
 def _from_url(key: str) -> dict[str, Any] | None:
-    """The form defaults of the question the page's URL asked when the session opened it (read
-    once; the answer to it becomes the form's query), or None."""
-    if f"{key}_url_defaults" in st.session_state:
-        return st.session_state[f"{key}_url_defaults"]
+    """The form defaults of the question the page's URL asks (the answer to it becomes the form's
+    query), or None. The URL is read again whenever it changed since it was last read or written
+    (another heatmap cell's link), so a link always answers its own question."""
+    signature = _url_signature()
+    if st.session_state.get(f"{key}_url_signature") == signature:
+        return st.session_state.get(f"{key}_url_defaults")
+    st.session_state[f"{key}_url_signature"] = signature
     st.session_state[f"{key}_url_defaults"] = None
     try:
         asked = rec.query_from_url(st.query_params.to_dict())
@@ -74,6 +81,9 @@ def form(key: str, options: dict[str, list[Any]], defaults: dict[str, Any] | Non
     gpu_types = ["any", *options.get("gpu_type", [])]
     if url:
         defaults = _from_url(key) or defaults
+        asked_gpu = (defaults or {}).get("gpu_type")
+        if asked_gpu and asked_gpu not in gpu_types:  # e.g. "H100" as typed in a link: shown as asked
+            gpu_types.append(asked_gpu)
     _prefill(key, defaults or {}, gpu_types)
     with st.form(key=f"{key}_form", border=True):
         c = st.columns([1.1, 0.8, 0.8, 1.6, 1, 1.3, 0.7])
@@ -83,7 +93,7 @@ def form(key: str, options: dict[str, list[Any]], defaults: dict[str, Any] | Non
         gpu = c[3].selectbox("GPU type", gpu_types, key=f"{key}_gpu", accept_new_options=True)
         seq = c[4].number_input("Seq len (0 = any)", min_value=0, step=1024, key=f"{key}_seq")
         gbt = c[5].number_input("Global batch tokens (0 = any)", min_value=0, step=2**20, key=f"{key}_gbt")
-        k = c[6].number_input("Show", min_value=1, max_value=50, key=f"{key}_k")
+        k = c[6].number_input("Show", min_value=1, max_value=rec.MAX_K, key=f"{key}_k")
         submitted = st.form_submit_button("What worked?", type="primary", key=f"{key}_submit")
     if submitted:
         if not (model or "").strip():
@@ -92,6 +102,8 @@ def form(key: str, options: dict[str, list[Any]], defaults: dict[str, Any] | Non
         st.session_state[f"{key}_query"] = rec.recommend_params(model, nodes, gpn, gpu, seq, gbt, k)
         if url:
             st.query_params.from_dict(rec.url_from_query(st.session_state[f"{key}_query"]))
+            st.session_state[f"{key}_url_signature"] = _url_signature()
+            st.session_state[f"{key}_url_defaults"] = None  # the form's own values stand
     return st.session_state.get(f"{key}_query")
 
 

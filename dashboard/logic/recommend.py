@@ -116,6 +116,8 @@ def recommend_params(model: str, nodes: int, gpus_per_node: int, gpu_type: str |
             "k": int(k), "metric": metric}
 
 
+#: the most candidates the form shows (its "Show" field's maximum)
+MAX_K = 50
 #: the question's URL parameters (the API's names), so a "what worked?" link answers when opened
 URL_FIELDS = ("model_params", "nodes", "gpus_per_node", "gpu_type", "seq_len", "global_batch_tokens", "k")
 
@@ -136,9 +138,12 @@ def query_from_url(params: Mapping[str, str]) -> dict[str, Any] | None:
             raise ValueError(f"{name}={raw!r} in the URL: a positive integer")
         return int(raw)
 
+    k = positive("k", 5) or 5
+    if k > MAX_K:
+        raise ValueError(f"k={k!r} in the URL: at most {MAX_K}")
     return recommend_params(model, positive("nodes", None) or 1, positive("gpus_per_node", 8) or 8,
                             params.get("gpu_type"), positive("seq_len", None),
-                            positive("global_batch_tokens", None), positive("k", 5) or 5)
+                            positive("global_batch_tokens", None), k)
 
 
 def url_from_query(query: Mapping[str, Any]) -> dict[str, str]:

@@ -20,6 +20,7 @@ Create Date: 2026-11-24 02:00:00
 """
 import logging
 import os
+import time
 
 import sqlalchemy as sa
 from alembic import op
@@ -31,6 +32,20 @@ depends_on = None
 
 ROLE = "scalebook_reader"
 log = logging.getLogger("alembic.runtime.migration")
+
+
+def _alter_role(bind: sa.Connection, statement: str) -> None:
+    """Run one ALTER ROLE; the role is cluster-wide, so another database's upgrade may alter it at
+    the same moment ("tuple concurrently updated"): retried a few times inside a savepoint."""
+    for attempt in range(6):
+        try:
+            with bind.begin_nested():
+                bind.exec_driver_sql(statement)  # no bind-parameter parsing of a quoted password
+            return
+        except sa.exc.DBAPIError as exc:
+            if "concurrently updated" not in str(exc.orig) or attempt == 5:
+                raise
+            time.sleep(0.1 * (attempt + 1))
 
 
 def upgrade() -> None:
@@ -45,10 +60,10 @@ def upgrade() -> None:
         password = os.environ.get("SCALEBOOK_SQL_READER_PASSWORD")
         with_password = " PASSWORD " + bind.execute(sa.text("SELECT quote_literal(:p)"), {"p": password}).scalar() \
             if password else ""
-        op.execute(f"ALTER ROLE {ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
-                   f"CONNECTION LIMIT 16{with_password}")
-        op.execute(f"ALTER ROLE {ROLE} SET default_transaction_read_only = on")
-        op.execute(f"ALTER ROLE {ROLE} SET idle_in_transaction_session_timeout = '60s'")
+        _alter_role(bind, f"ALTER ROLE {ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
+                          f"CONNECTION LIMIT 16{with_password}")
+        _alter_role(bind, f"ALTER ROLE {ROLE} SET default_transaction_read_only = on")
+        _alter_role(bind, f"ALTER ROLE {ROLE} SET idle_in_transaction_session_timeout = '60s'")
     else:
         log.warning("cannot make role %s LOGIN (current user is neither superuser nor CREATEROLE): "
                     "POST /api/v1/sql will answer 503 until it can log in", ROLE)

@@ -68,10 +68,15 @@ OLD_OOM_INCLUDE = ["tp", "pp", "cp", "zero_stage", "micro_batch_size", "recomput
 
 def _value(key: str, duckdb: bool) -> str:
     """SQL for extra[key] as DOUBLE when it is a number (JSON number or numeric text), else NULL."""
-    if duckdb:
-        return f"TRY_CAST(json_extract_string(extra, '$.{key}') AS DOUBLE)"
+    if duckdb:  # the regex first: TRY_CAST would read '1_000' as 1000 (derive._number does not)
+        text = f"json_extract_string(extra, '$.{key}')"
+        return f"CASE WHEN regexp_full_match({text}, '{_NUMERIC}') THEN TRY_CAST({text} AS DOUBLE) END"
+    # through numeric, as Python's float() reads it: beyond DOUBLE's range is not a number (inf → NULL),
+    # below its smallest subnormal is 0.0 (a plain cast would abort the upgrade on '1e999' or '1e-400')
     text = f"(extra ->> '{key}')"
-    return f"CASE WHEN {text} ~ '{_NUMERIC}' THEN CAST({text} AS DOUBLE PRECISION) END"
+    number = f"CAST({text} AS NUMERIC)"
+    return (f"CASE WHEN {text} ~ '{_NUMERIC}' THEN CASE WHEN abs({number}) >= 1.7976931348623157e308 THEN NULL "
+            f"WHEN abs({number}) < 4.9e-324 THEN 0.0 ELSE CAST({number} AS DOUBLE PRECISION) END END")
 
 
 def upgrade() -> None:
