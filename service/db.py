@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb_engine
 import sqlalchemy as sa
@@ -113,6 +114,19 @@ def _domain_errors() -> Iterator[None]:
         raise DatabaseError(f"database error: {exc.orig}") from exc
 
 
+def _jit_off(dbapi_connection: Any, _record: Any) -> None:
+    """`SET jit = off` on each new PostgreSQL connection: JIT compiled the heatmap's aggregate for
+    ~130 ms at 10^6 runs (EXPLAIN ANALYZE "JIT … Emission 110 ms") to run a ~300 ms query
+    (bench/RESULTS.md). A SET, not the `options` startup parameter, so the URL's own options stay and
+    PgBouncer (which refuses `options`) works; a server that refuses it keeps its setting."""
+    try:
+        with dbapi_connection.cursor() as cur:
+            cur.execute("SET jit = off")
+        dbapi_connection.commit()
+    except Exception:  # noqa: BLE001 - a speed setting, never a reason to refuse a connection
+        dbapi_connection.rollback()
+
+
 class Database:
     """One database: its engine, dialect, write lock and schema helpers."""
 
@@ -126,12 +140,10 @@ class Database:
                 file.parent.mkdir(parents=True, exist_ok=True)
         kwargs: dict = {"echo": echo}
         if url.startswith("postgresql"):
-            # jit off: PostgreSQL's JIT compiled the heatmap's aggregate for ~130 ms at 10^6 runs
-            # (EXPLAIN ANALYZE: "JIT … Emission 110 ms") to run a ~300 ms query; without it the same
-            # query is faster in total (bench/RESULTS.md). Per connection, so the server's setting stays.
-            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True,
-                          connect_args={"options": "-c jit=off"})
+            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
         self.engine = sa.create_engine(url, **kwargs)
+        if url.startswith("postgresql"):
+            sa.event.listen(self.engine, "connect", _jit_off)
         self.dialect = self.engine.dialect.name  # "duckdb" | "postgresql"
         self._write_lock: threading.RLock | None = (
             _file_lock(str(file.resolve()) if file is not None else "") if self.is_duckdb else None)

@@ -204,3 +204,13 @@ def test_a_client_that_disconnects_mid_body_is_not_logged_as_our_error(live_api,
     assert any("client disconnected" in r.getMessage() for r in caplog.records)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert httpx.get(f"{live_api}/api/v1/runs", timeout=10).json()["total"] == 0
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_service_connections_run_without_jit(database, backend):
+    """PostgreSQL's JIT cost the heatmap ~130 ms at 10^6 runs (bench/RESULTS.md): every connection of
+    the service's pool has it off, set per connection (not through the URL's `options`)."""
+    import sqlalchemy as sa
+
+    with database.engine.connect() as conn:
+        assert conn.execute(sa.text("SHOW jit")).scalar() == "off"
