@@ -295,3 +295,20 @@ def test_recommend_and_suggest_on_an_empty_store_answer_empty_with_the_reason(cl
         assert r.status_code == 200, r.text
         body = r.json()
         assert body.get("candidates", body.get("suggestions")) == [] and "no recorded" in body["notes"][0]
+
+
+def test_a_gpu_without_a_bf16_peak_is_costed_in_its_runs_precision(client, data_dir):
+    """V100 has no bf16 (hardware catalog): a V100 target is costed in the precision its runs
+    recorded (here fp16) and says so, rather than answering nothing or against another peak."""
+    from conftest import playbook_sample, post_records
+
+    records = [{**r, "run_key": "v100-" + r["run_key"], "gpu_type": "Tesla V100-SXM2-32GB", "precision": "fp16"}
+               for r in playbook_sample(data_dir).records]
+    stored, _ = post_records(client, records)
+    assert stored > 0
+    body = client.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": 2,
+                                                   "gpu_type": "V100-SXM2-32GB", "seq_len": 4096}).json()
+    assert body["target"]["precision"] == "fp16" and body["candidates"], body["notes"]
+    assert any("costed in fp16" in n and "no bf16 peak" in n for n in body["notes"])
+    top = body["candidates"][0]["predicted"]
+    assert 0 < top["mfu"] < 1  # a fraction of the fp16 peak (125 TFLOP/s), not of a bf16 one

@@ -178,6 +178,12 @@ def test_plan_takes_mfu_from_the_models_prediction(nanotron_client):
     exact = 6 * 1.34e9 * 100e9 / (H100_BF16_PEAK * body["mfu"] * 7 * 86400)
     assert body["gpus"] == math.ceil(exact) and body["nodes"] == math.ceil(math.ceil(exact) / 8)
     assert body["mfu_run"]["evidence_run_ids"]
+    # asked in fp8: the MFU is predicted in bf16 (the runs' precision), so the peak stays bf16's
+    # (an MFU predicted in bf16 times the fp8 peak would plan half the GPUs)
+    fp8 = nanotron_client.get("/api/v1/plan", params={"model_params": "1.34B", "tokens": "100B", "days": 7,
+                                                      "gpu_type": "H100", "precision": "fp8"}).json()
+    assert fp8["peak_tflops"] == 989 and fp8["gpus"] == body["gpus"]
+    assert any("predicted in bf16" in n for n in fp8["notes"]), fp8["notes"]
 
 
 def test_scaling_and_plan_cli(live_api, data_dir):

@@ -77,7 +77,8 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
             break
         found = (nodes, answer)
         mfu = answer["candidates"][0]["predicted"]["mfu"]
-        peak = hardware.peak_tflops(answer["target"]["gpu_type"], precision) or 0.0
+        # the MFU is a fraction of the peak of the precision it was predicted in
+        peak = hardware.peak_tflops(answer["target"]["gpu_type"], answer["target"]["precision"]) or 0.0
         if not peak:
             break
         need = math.ceil(
@@ -94,7 +95,8 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
     top = answer["candidates"][0]
     cfg = top["config"]
     label = f"dp{cfg['dp']} tp{cfg['tp']} pp{cfg['pp']} zero{cfg['zero_stage']} mbs{cfg['micro_batch_size']}"
-    run = {"nodes": at, "gpu_type": answer["target"]["gpu_type"], "config": cfg,
+    run = {"nodes": at, "gpu_type": answer["target"]["gpu_type"], "precision": answer["target"]["precision"],
+           "config": cfg,
            "evidence_run_ids": [e["run_id"] for e in top["evidence"]], "model": answer["model"]}
     source = (f"throughput model's prediction for {at} node{'s' if at != 1 else ''} × {gpus_per_node} "
               f"{answer['target']['gpu_type']}, best config {label} ({answer['model']['status']} on "
@@ -146,6 +148,12 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         if gpu_type is None and mfu_run.get("gpu_type"):
             canonical_gpu = hardware.canonical_gpu_type(mfu_run["gpu_type"])
             notes.append(f"gpu_type not given: using {mfu_run['gpu_type']}, the records' nearest")
+        predicted_in = mfu_run.get("precision")
+        if predicted_in and predicted_in != hardware.canonical_precision(precision) and peak_tflops is None:
+            # an MFU predicted in bf16 times the fp8 peak would plan half the GPUs: one precision for both
+            notes.append(f"the MFU is predicted in {predicted_in}, so the peak is {predicted_in}'s too (asked: "
+                         f"{precision}); pass mfu to plan in {precision}")
+            precision = predicted_in
 
     if peak_tflops is not None:
         peak_source = "given"

@@ -201,8 +201,25 @@ def _complete_target(target: Target, rows: list[dict[str, Any]], notes: list[str
                          [{"field": "global_batch_tokens", "value": None, "message": "required"}])
     ctx["global_batch_tokens"] = gbt
     ctx["framework"] = _framework(ranked, gpu, notes)
-    ctx["precision"] = "bf16"
+    ctx["precision"] = _precision(ranked, gpu, notes)
     return ctx
+
+
+def _precision(ranked: list[dict[str, Any]], gpu: str | None, notes: list[str]) -> str:
+    """The precision the target is costed in (the question names none): bf16, mixed-precision
+    training's matmul precision, where the catalog has a bf16 peak for the GPU; else the precision
+    of the nearest recorded configuration on that GPU (e.g. fp16 on V100), said in the notes."""
+    if gpu is None or hardware.peak_tflops(gpu, "bf16"):
+        notes.append("costed in bf16 (the question names no precision)")
+        return "bf16"
+    on_gpu = [r for r in ranked if r["gpu_type"] == gpu and hardware.peak_tflops(gpu, r["precision"])]
+    if on_gpu:
+        notes.append(f"costed in {on_gpu[0]['precision']}: the catalog has no bf16 peak for {gpu}; the nearest "
+                     "recorded configuration on it ran in that precision")
+        return str(on_gpu[0]["precision"])
+    notes.append(f"no configuration can be costed: the catalog has no bf16 peak for {gpu} and no run on it "
+                 "recorded a precision it has a peak for")
+    return "bf16"
 
 
 def _framework(ranked: list[dict[str, Any]], gpu: str | None, notes: list[str]) -> str | None:
