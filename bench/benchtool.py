@@ -183,6 +183,19 @@ def generate_runs(n: int, seed: int = 0, *, prefix: str | None = None,
 
 # -- driver ----------------------------------------------------------------------------------
 
+def commit() -> str:
+    """The checked-out commit, short, with "+dirty" when the tree has uncommitted changes (printed
+    with every figure); "unknown" outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO_ROOT, capture_output=True, text=True,
+                               check=False).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty.strip() else "")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -33,15 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ingest.classify import classify_line  # noqa: E402 -- needs the sys.path insert above
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+from bench import benchtool  # noqa: E402 -- needs the sys.path insert above
+from ingest.classify import classify_line  # noqa: E402
 
 
 def score(rows: list[tuple[str, str, str]]) -> tuple[int, list[tuple[str, str, str]]]:
@@ -61,7 +53,7 @@ def main() -> int:
     parser.add_argument("--labelled", default=str(ROOT / "tests/data/failures/labelled_lines.csv"))
     parser.add_argument("--shared", default=str(ROOT.parent.parent / "shared/data/failures/error_lines.csv"))
     args = parser.parse_args()
-    print(f"commit {_commit()}")
+    print(f"commit {benchtool.commit()}")
     splits: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
     with open(args.labelled, newline="", encoding="utf-8") as fh:
         for row in csv.DictReader(fh):

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,31 +38,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import browser  # noqa: E402 -- needs the sys.path insert above
-
-try:  # the bench generator moves from service/ to bench/ (storage work); either place works
-    from bench.benchtool import Server, _create_database, generate_runs, ingest_batches  # type: ignore
-except ImportError:  # pragma: no cover - depends on the checkout
-    from service.benchtool import (  # type: ignore
-        Server,
-        _create_database,
-        generate_runs,
-        ingest_batches,
-    )
-
+from bench.benchtool import Server, _create_database, commit, generate_runs, ingest_batches  # noqa: E402
 
 #: a page not drawn within this many seconds is reported as such (inf) and the bench goes on
 TIMEOUT_S = 120
-
-
-def commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                             check=False)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True,
-                               check=False).stdout
-        return out.stdout.strip() + ("+dirty" if dirty.strip() else "")
-    except OSError:
-        return "?"
 
 
 def load_shipped(base: str) -> int:

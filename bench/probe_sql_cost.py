@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from service import benchtool, store
+from bench import benchtool
+from service import store
 from service.analytics import sql as user_sql
 from service.db import Database
 
@@ -37,7 +37,7 @@ QUERIES = {
 
 
 def build(n: int, workdir: Path) -> Database:
-    db = Database(f"duckdb:///{workdir / f'cost_{n}.duckdb'}", journal_rows=0)
+    db = Database(f"duckdb:///{workdir / f'cost_{n}.duckdb'}")
     db.prepare()
     with db.session(write=True) as session:
         store.store_runs(session, list(benchtool.generate_runs(1000, 7, prefix="cost")))
@@ -69,8 +69,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            check=False).stdout.strip()
+    commit = benchtool.commit()
     print(f"commit {commit}; median of {args.repeat}; milliseconds")
     with tempfile.TemporaryDirectory(prefix="sbcost-") as tmp:
         for n in args.runs:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench import benchtool  # noqa: E402
 from bench.recommend_loo import GBT, GPU, KEY, RETIRE, SEQ, _cfg, _pct, cell_of, load, lookup, retired  # noqa: E402
 from service import retire, store  # noqa: E402
 from service.analytics import recommend as rec  # noqa: E402
@@ -42,8 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     cells = sorted({cell_of(r) for r in records if held(cell_of(r))})
     if not cells:
         raise SystemExit("no cell matches")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
+    commit = benchtool.commit()
     what = f"nodes {args.nodes}" if args.nodes else f"size {args.size}B"
     print(f"commit {commit}; held out: {what}\n")
     print("| cell | best tok/s | ranking | top-1 | status | regret | pred | pred err |")

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -37,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench import benchtool  # noqa: E402
 from bench.memory_accuracy import data_dir  # noqa: E402
 from ingest.parsers import nanotron  # noqa: E402
 from service import retire, store  # noqa: E402
@@ -172,12 +172,6 @@ def print_table(cells: list[dict], summary: dict, commit: str) -> None:
           f"held-out (LOO) median error {_pct(m['loo_median_rel_err'])}")
 
 
-def commit() -> str:
-    """The checked-out commit, short (printed with every figure)."""
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                          text=True).stdout.strip()
-
-
 def main_over_cells(argv: list[str] | None, doc: str, run_cell: Callable[..., dict],
                     summarise: Callable[[list[dict]], dict],
                     print_table: Callable[[list[dict], dict, str], None]) -> int:
@@ -194,9 +188,9 @@ def main_over_cells(argv: list[str] | None, doc: str, run_cell: Callable[..., di
         results = [run_cell(cell, records, Path(tmp)) for cell in cells]
     summary = summarise(results)
     if args.json:
-        print(json.dumps({"commit": commit(), "cells": results, "summary": summary}, indent=2, default=str))
+        print(json.dumps({"commit": benchtool.commit(), "cells": results, "summary": summary}, indent=2, default=str))
     else:
-        print_table(results, summary, commit())
+        print_table(results, summary, benchtool.commit())
     return 0
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,8 @@ if str(REPO) not in sys.path:
 import sqlalchemy as sa  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from service import benchtool, store  # noqa: E402
+from bench import benchtool  # noqa: E402
+from service import store  # noqa: E402
 from service.api import create_app  # noqa: E402
 from service.db import Database  # noqa: E402
 from service.settings import Settings  # noqa: E402
@@ -53,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default=None, help="database URL (default: a DuckDB file in a temp dir)")
     parser.add_argument("--no-fill", action="store_true", help="time the runs already in --url")
     args = parser.parse_args(argv)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
+    commit = benchtool.commit()
     with tempfile.TemporaryDirectory() as tmp:
         db = Database(args.url or f"duckdb:///{Path(tmp) / 'timing.duckdb'}")
         db.upgrade()
