@@ -18,7 +18,8 @@ Per request, from the `runs` table only (the database is the only state):
    regression kriging), its interval the fit's held-out half-width times the kriging standard
    deviation those runs leave — so a layout recorded near (and around) the target ranks above an
    equally good extrapolation; a layout family never recorded keeps the model's interval widened
-   by its distance (MAX_WIDEN) — then
+   by its distance (MAX_WIDEN) — times the probability that it fits (p_fits: the memory model's
+   prediction and held-out error; an OOM delivers no tokens) — and
    dropped when the memory model (service/analytics/memory.py) predicts no fit or a recorded OOM
    implies one (same TP/PP/CP/seq/GPU, no more ZeRO sharding, no smaller micro-batch, no stronger
    recompute, and under ZeRO ≥ 1 no larger DP) — unless the very configuration ran on the target.
@@ -61,6 +62,9 @@ MAX_WIDEN = 2.0
 #: leave-one-cell-out: 8.0 %), so that a configuration within the model's own error of the capacity is
 #: not recommended (it may OOM); /suggest, which explores, uses the plain prediction
 MEMORY_MARGIN = 0.08
+#: σ of log(predicted / measured) whole-step peak memory held out (bench/memory_accuracy.py --calibration:
+#: median |error| 8.0 %, p90 21.6 % → 1.4826 × median |log error| ≈ 0.12, and 0.216 / 1.645 ≈ 0.13 agrees)
+MEMORY_LOG_SIGMA = 0.12
 #: "what worked": layouts recorded at the nearest node count(s) of the size class, up to this far
 #: beyond the nearest in |ln(nodes ratio)| (ln 2: the next power of two too)
 WORKED_NODES_SLACK = math.log(2) + 1e-9
@@ -429,6 +433,17 @@ def anchored(pred: dict[str, Any], log_corr: float, d0: float | None, variance: 
     return out
 
 
+def p_fits(mem: Any, exact: dict[str, Any] | None) -> float:
+    """Probability that a configuration fits in the GPU's usable memory: 1 when it ran on this very
+    target (`exact`) or the GPU's memory is unknown; else Φ(ln(usable / predicted peak) / σ) with σ the
+    memory model's held-out log error (MEMORY_LOG_SIGMA) — its errors taken as log-normal."""
+    usable, peak = mem.usable_memory_gib, mem.predicted_peak_memory_gib
+    if exact is not None or not usable or not peak:
+        return 1.0
+    z = math.log(usable / peak) / MEMORY_LOG_SIGMA
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
 def admissible(prep: Prepared, item: Scored, counts: dict[str, int], *,
                margin: float = 0.0) -> tuple[Any, dict[str, Any] | None] | None:
     """(memory estimate, the recorded run on this very target or None) when the configuration
@@ -485,14 +500,16 @@ def recommend(
         return {k_: answer[k_] for k_ in ("target", "model", "candidates", "notes", "counts")}
     items = scored(prep, anchor=anchor)
     key = "mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"
-    items.sort(key=lambda e: (-e.predicted[key] * e.predicted["interval"][0] / e.predicted["tokens_per_sec_per_gpu"],
-                              tuple(str(e.config[f]) for f in CONFIG_FIELDS)))
     counts = {"layouts": len(items), "memory_rejected": 0, "oom_rejected": 0}
+    kept = [(item, ok) for item in items if (ok := admissible(prep, item, counts, margin=MEMORY_MARGIN)) is not None]
+    # ranked by what the step is expected to deliver: the lower end of the predicted interval times the
+    # probability that the configuration fits (an OOM delivers nothing) — of two layouts predicted alike,
+    # the one with memory to spare ranks first
+    kept.sort(key=lambda e: (-e[0].predicted[key] * e[0].predicted["interval"][0]
+                             / e[0].predicted["tokens_per_sec_per_gpu"] * p_fits(*e[1]),
+                             tuple(str(e[0].config[f]) for f in CONFIG_FIELDS)))
     out: list[dict[str, Any]] = []
-    for item in items:
-        ok = admissible(prep, item, counts, margin=MEMORY_MARGIN)
-        if ok is None:
-            continue
+    for item, ok in kept:
         out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows))
         if len(out) >= k:
             break
@@ -540,6 +557,6 @@ def candidate(cfg: dict[str, Any], ctx: dict[str, Any], pred: dict[str, Any], me
         "measured": measured,
         "evidence": evidence,
         "memory": {"fits": mem.fits, "predicted_peak_memory_gib": mem.predicted_peak_memory_gib,
-                   "gpu_memory_gib": mem.gpu_memory_gib},
+                   "gpu_memory_gib": mem.gpu_memory_gib, "p_fits": round(p_fits(mem, exact), 3)},
         "why": why,
     }

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service import hardware
-from service.analytics.memory import _Model, _resolve_model
+from service.analytics.memory import _Model, _resolve_model, _stage_layers
 from service.derive import flops_per_token
 
 _BF16 = 2
@@ -63,6 +63,12 @@ class Terms:
         activation and one backward gradient per micro-batch through the pipeline's fill and
         drain: [NA21 §2.2], the same (m + p − 1) slots that give the bubble);
     pp_inter: 1.0 when pipeline stages sit on other nodes (tp·cp·pp > gpus_per_node), else 0.0;
+    stage_imbalance: the slowest pipeline stage's FLOPs over the mean stage's, r ≥ 1 (1 without
+        PP): stage_imbalance();
+    act_elems, logit_elems: elements of the h-wide activations over all layers (tokens·L·h) and of
+        the V-wide logits (tokens·V) per GPU per step, the memory-bound elementwise work around the
+        matmuls (throughput.py: a_act, a_logit); per GPU, as TP (with sequence parallelism) and PP
+        split them with the tokens;
     tokens_per_gpu: global batch tokens / world size.
     """
 
@@ -87,6 +93,9 @@ class Terms:
     pp_bw: float
     pp_messages: float
     pp_inter: float
+    stage_imbalance: float
+    act_elems: float
+    logit_elems: float
     tokens_per_gpu: float
     dp_bw_source: str
 
@@ -99,6 +108,28 @@ def _int(cfg: dict[str, Any], key: str, default: int = 1) -> int:
 def model_dims(cfg: dict[str, Any]) -> _Model:
     """The model's dims (reported, else inferred from model_params as the memory model does)."""
     return _resolve_model(cfg, [])
+
+
+def stage_imbalance(model: _Model, pp: int, seq: int, framework: str | None) -> float:
+    """r = FLOPs of the slowest pipeline stage / mean stage FLOPs (1.0 without PP).
+
+    The stages are split as the framework splits them (service/analytics/memory._stage_layers, the
+    one copy of that rule: nanotron's build_model balances its own cost estimate, 4·a·d·h + 3·ffn·h
+    per layer against V·h for the lm_head; otherwise Megatron's uniform split of the layers); the
+    last stage also runs the lm_head. Each stage's true FLOPs per token, forward and backward, are
+    6·(layer params) + 12·h·s per layer [PaLM appendix B] and 6·V·h for the lm_head. In 1F1B the
+    slowest stage sets the pace of the steady state ([NA21 §2.2]; PipeDream, Narayanan et al. 2019,
+    SOSP: "the throughput of the pipeline is bounded by its slowest stage"), so a small model with a
+    large vocabulary split over many stages runs at the pace of the stage holding the lm_head.
+    """
+    if pp <= 1:
+        return 1.0
+    nanotron = "nanotron" in str(framework or "").lower() or not framework
+    layers = _stage_layers(model, pp, balanced=nanotron)
+    per_layer = 6.0 * model.layer_params() + 12.0 * model.h * seq
+    stage = [n * per_layer for n in layers]
+    stage[-1] += 6.0 * model.vocab * model.h
+    return max(stage) / (sum(stage) / pp)
 
 
 def world_layout(cfg: dict[str, Any]) -> tuple[int, int, int, int, int]:
@@ -144,7 +175,11 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     # FLOPs [PaLM][NA21 §3.3]: per token (6N + 12·L·h·s); full recompute adds one forward pass
     # (2N + 4·L·h·s: [NA21] "8N instead of 6N"); the work is split evenly over all world GPUs
     fpt, _ = flops_per_token(n_params, model.layers, model.h, seq)
-    hfpt = fpt * (8.0 / 6.0) if cfg.get("recompute") == "full" else fpt
+    # ... but the GPU executes the matmuls only: the input embedding is a lookup, so an untied
+    # embedding's V·h parameters, which N counts, cost no FLOPs (the lm_head's V·h do) [NA21 §3.3:
+    # the logit layer's 6·B·s·h·V, no term for the embedding lookup]
+    matmul_params = model.layers * model.layer_params() + model.vocab * model.h
+    hfpt, _ = flops_per_token(matmul_params, model.layers, model.h, seq, recompute_full=cfg.get("recompute") == "full")
     tokens_per_gpu = gbt / world
 
     # TP [NA21 §3.2][UP "Tensor Parallelism"]: per layer and micro-batch 2 collectives forward,
@@ -210,6 +245,9 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
                  dp_bw=dp_bw, zero_gather_bytes=zero_gather, cp_bytes=cp_bytes, cp_bw=cp_bw,
                  pp_bytes=pp_bytes, pp_bw=pp_bw, pp_messages=pp_messages,
                  pp_inter=1.0 if tp * cp * pp > gpn else 0.0,
+                 act_elems=tokens_per_gpu * model.layers * model.h,
+                 logit_elems=tokens_per_gpu * model.vocab,
+                 stage_imbalance=stage_imbalance(model, pp, int(seq), cfg.get("framework")),
                  tokens_per_gpu=tokens_per_gpu, dp_bw_source=source)
 
 

@@ -189,7 +189,9 @@ def recommend(
 
     Candidates best first by the throughput model's prediction FOR THE TARGET
     (service/analytics/recommend.py, throughput.py): valid layouts adapted exactly to the world
-    size and global batch, filtered by the memory model and recorded OOMs. Each has `predicted`
+    size and global batch, filtered by the memory model and recorded OOMs, ranked by the lower end
+    of the predicted interval times the probability that the layout fits (`memory.p_fits`, from the
+    memory model's held-out error). Each has `predicted`
     (tokens/s/GPU, MFU, peak memory, interval), `evidence` (the recorded runs it rests on, with
     model, GPU type, framework, distance) and `measured` when it ran on this very target. `model`:
     the fit used (status fitted/prior, runs fitted on, held-out error). `notes`: what was taken

@@ -1,0 +1,79 @@
+"""Unit checks of the throughput model's physical terms (service/analytics/throughput_terms.py) and of
+which configurations its fit uses (service/analytics/throughput.competitive)."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.analytics import throughput as th
+from service.analytics import throughput_terms as tt
+
+#: a 1.34B-like Llama block with a large vocabulary (its lm_head weighs several layers)
+DIMS = {"hidden_size": 2048, "num_layers": 16, "num_heads": 32, "num_kv_heads": 32, "ffn_hidden_size": 8192,
+        "vocab_size": 131072, "tie_word_embeddings": True}
+
+
+def _cfg(**over: object) -> dict:
+    cfg = {**DIMS, "model_params": 1_340_000_000, "seq_len": 4096, "nodes": 1, "gpus_per_node": 8,
+           "gpu_type": "H100-SXM-80GB", "precision": "bf16", "framework": "nanotron", "dp": 8, "tp": 1, "pp": 1,
+           "cp": 1, "zero_stage": 0, "micro_batch_size": 1, "grad_accum_steps": 32}
+    cfg.update(over)
+    return cfg
+
+
+def test_stage_imbalance_follows_the_stage_holding_the_lm_head():
+    model = tt.model_dims(_cfg())
+    assert tt.stage_imbalance(model, 1, 4096, "nanotron") == 1.0
+    # Megatron's uniform split: 4 layers per stage, the last one also runs the lm_head
+    per_layer = 6.0 * model.layer_params() + 12.0 * model.h * 4096
+    head = 6.0 * model.vocab * model.h
+    stages = [4 * per_layer] * 3 + [4 * per_layer + head]
+    assert tt.stage_imbalance(model, 4, 4096, "megatron-lm") == pytest.approx(max(stages) / (sum(stages) / 4))
+    # nanotron gives the first stages more layers to balance the head: closer to even, never below 1
+    balanced = tt.stage_imbalance(model, 4, 4096, "nanotron")
+    assert 1.0 <= balanced < tt.stage_imbalance(model, 4, 4096, "megatron-lm")
+
+
+def test_an_uneven_pipeline_is_predicted_slower_than_its_even_twin():
+    """Same terms but for r: the step grows by the slowest stage's excess over the steady state."""
+    t = tt.terms(_cfg(dp=2, pp=4, micro_batch_size=1, grad_accum_steps=128))
+    assert t.stage_imbalance > 1.0
+    even = tt.Terms(**{**t.__dict__, "stage_imbalance": 1.0})
+    slow, fast = th.step_time(t, th.PRIOR)[0], th.step_time(even, th.PRIOR)[0]
+    assert slow > fast
+
+
+def test_the_input_embedding_costs_no_flops():
+    """An untied embedding adds V·h parameters (N) but no matmul: the executed FLOPs are those of
+    the tied model, while the model FLOPs (MFU's numerator, 6N + 12·L·h·s) count N."""
+    tied = tt.terms(_cfg())
+    untied = tt.terms(_cfg(tie_word_embeddings=False, model_params=1_340_000_000 + 131072 * 2048))
+    assert untied.hw_flops == pytest.approx(tied.hw_flops)
+    assert untied.model_flops > tied.model_flops
+
+
+def test_the_fit_keeps_the_configurations_that_compete_in_their_cell():
+    def row(nodes: int, tps: float, mbs: int) -> dict:
+        return _cfg(nodes=nodes, dp=8 * nodes, micro_batch_size=mbs, tokens_per_sec_per_gpu=tps)
+
+    rows = [row(1, 40_000, 1), row(1, 39_000, 2), row(1, 20_000, 4),   # the last: half its cell's best
+            row(2, 30_000, 1), row(2, 29_000, 2)]
+    kept = th.competitive([(r, tt.terms(r)) for r in rows])
+    assert [(r["nodes"], r["micro_batch_size"]) for r, _ in kept] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    # a cell's best is always kept, however slow against other cells
+    assert (2, 1) in {(r["nodes"], r["micro_batch_size"]) for r, _ in kept}
+
+
+def test_recommend_weighs_a_tight_fit_by_its_odds():
+    """p_fits: the memory model's held-out log error as a log-normal spread around its prediction."""
+    from types import SimpleNamespace
+
+    from service.analytics import recommend as rec
+
+    def mem(peak: float) -> SimpleNamespace:
+        return SimpleNamespace(usable_memory_gib=78.4, predicted_peak_memory_gib=peak)
+
+    assert rec.p_fits(mem(78.4), None) == pytest.approx(0.5)
+    assert rec.p_fits(mem(40.0), None) > rec.p_fits(mem(70.0), None) > rec.p_fits(mem(90.0), None)
+    assert rec.p_fits(mem(90.0), {"first_id": 1}) == 1.0   # it ran on this very target
+    assert rec.p_fits(SimpleNamespace(usable_memory_gib=None, predicted_peak_memory_gib=50.0), None) == 1.0
