@@ -169,7 +169,8 @@ def print_table(cells: list[dict], summary: dict, commit: str) -> None:
     print(f"top-1 that OOMed: {s['top1_oom']} (target 0; baseline {s['baseline_oom']})")
     m = cells[0]["model"]
     print(f"throughput fit (first cell): {m['status']} on {m['n_runs']} runs / {m['n_configurations']} configurations, "
-          f"held-out (LOO) median error {_pct(m['loo_median_rel_err'])}")
+          f"held-out (LOO) median error {_pct(m['loo_median_rel_err'])}; "
+          f"{m.get('n_not_competitive', 0)} configurations slower than 70 % of their cell's best left out")
 
 
 def main_over_cells(argv: list[str] | None, doc: str, run_cell: Callable[..., dict],
