@@ -501,18 +501,29 @@ def recommend(
     items = scored(prep, anchor=anchor)
     key = "mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"
     counts = {"layouts": len(items), "memory_rejected": 0, "oom_rejected": 0}
-    kept = [(item, ok) for item in items if (ok := admissible(prep, item, counts, margin=MEMORY_MARGIN)) is not None]
+
+    def low(e: Scored) -> float:  # the lower end of the interval (of the MFU for metric=mfu)
+        return float(e.predicted[key] * e.predicted["interval"][0] / e.predicted["tokens_per_sec_per_gpu"])
+
+    def tie(e: Scored) -> tuple:
+        return tuple(str(e.config[f]) for f in CONFIG_FIELDS)
+
     # ranked by what the step is expected to deliver: the lower end of the predicted interval times the
     # probability that the configuration fits (an OOM delivers nothing) — of two layouts predicted alike,
-    # the one with memory to spare ranks first
-    kept.sort(key=lambda e: (-e[0].predicted[key] * e[0].predicted["interval"][0]
-                             / e[0].predicted["tokens_per_sec_per_gpu"] * p_fits(*e[1]),
-                             tuple(str(e[0].config[f]) for f in CONFIG_FIELDS)))
-    out: list[dict[str, Any]] = []
-    for item, ok in kept:
-        out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows))
-        if len(out) >= k:
+    # the one with memory to spare ranks first. As p_fits ≤ 1, a layout's lower end bounds its score:
+    # walked in that order, the walk stops once k admitted layouts score at least the next one's bound
+    items.sort(key=lambda e: (-low(e), tie(e)))
+    kept: list[tuple[float, Scored, tuple[Any, dict[str, Any] | None]]] = []
+    for item in items:
+        if len(kept) >= k and sorted((sc for sc, _, _ in kept), reverse=True)[k - 1] >= low(item):
             break
+        ok = admissible(prep, item, counts, margin=MEMORY_MARGIN)
+        if ok is not None:
+            kept.append((low(item) * p_fits(*ok), item, ok))
+    kept.sort(key=lambda e: (-e[0], tie(e[1])))
+    out: list[dict[str, Any]] = []
+    for _, item, ok in kept[:k]:
+        out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows))
     return {"target": target_body(prep), "model": prep.fit.describe(), "candidates": out, "notes": prep.notes,
             "counts": counts}
 
