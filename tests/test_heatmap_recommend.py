@@ -319,3 +319,17 @@ def test_a_gpu_without_a_bf16_peak_is_costed_in_its_runs_precision(client, data_
     assert any("costed in fp16" in n and "no bf16 peak" in n for n in body["notes"])
     top = body["candidates"][0]["predicted"]
     assert 0 < top["mfu"] < 1  # a fraction of the fp16 peak (125 TFLOP/s), not of a bf16 one
+
+
+def test_recommend_says_which_model_dims_it_inferred(nanotron_client):
+    """A size nobody recorded, asked without dims: the dims the answer is costed on are inferred from
+    model_params and the notes say which and how (never silently)."""
+    body = nanotron_client.get("/api/v1/recommend", params={"model_params": "70B", "nodes": 8,
+                                                            "global_batch_tokens": 4_194_304}).json()
+    inferred = [n for n in body["notes"] if "inferred from model_params" in n]
+    assert len(inferred) == 1 and "neither given nor recorded" in inferred[0]
+    assert "num_layers=" in inferred[0] and "hidden_size=" in inferred[0]
+    given = nanotron_client.get("/api/v1/recommend", params={
+        "model_params": "70B", "nodes": 8, "global_batch_tokens": 4_194_304, "num_layers": 80, "hidden_size": 8192,
+        "num_heads": 64, "num_kv_heads": 8, "ffn_hidden_size": 28672, "vocab_size": 128256}).json()
+    assert not any("num_layers=" in n for n in given["notes"])

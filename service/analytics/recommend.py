@@ -45,7 +45,7 @@ from sqlalchemy.orm import Session
 from service import hardware
 from service.analytics import throughput as th
 from service.analytics.anchor import Anchors
-from service.analytics.memory import estimate_memory
+from service.analytics.memory import _resolve_model, estimate_memory
 from service.derive import model_size_class
 from service.errors import BadRequest
 from service.tables import Run
@@ -188,6 +188,18 @@ def _complete_target(target: Target, rows: list[dict[str, Any]], notes: list[str
         ctx["model_params"] = same_size[0]["model_params"] or target.model_params
         notes.append(f"model dims from the recorded {size_class:g}B runs (run #{same_size[0]['first_id']})")
     ctx.update(dims)
+    if not all(dims.get(f) for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size")):
+        # what the target leaves out is inferred from model_params, as the memory and throughput models do
+        # (service/analytics/memory._resolve_model): said, so that the answer is read for those dims
+        inferred: list[str] = []
+        try:
+            m = _resolve_model({**ctx, "model_params": ctx["model_params"]}, inferred)
+        except ValueError:
+            m = None
+        if m is not None and inferred:
+            notes.append("model dims " + ("neither given nor recorded" if not same_size else "the records leave out")
+                         + f", inferred from model_params {ctx['model_params']:,}: " + "; ".join(inferred)
+                         + " — pass your model's dims (num_layers, hidden_size, ...) to be costed on them")
     ctx["seq_len"] = target.seq_len or (nearest or {}).get("seq_len")
     if ctx["seq_len"] is None:
         raise BadRequest("seq_len is needed (no recorded run to take it from)",
