@@ -265,6 +265,8 @@ def test_candidates_rows_on_a_real_answer(api, data_dir):
         first["predicted"]["tokens_per_sec_per_gpu"])
     assert rows["evidence"].iloc[0].startswith(f"#{first['evidence'][0]['run_id']} ")
     assert "fitted on" in rec.model_text(body["model"])
+    slow = {**body["model"], "n_not_competitive": 12, "competitive_fraction": 0.7}
+    assert "(12 configurations under 70 % of their cell's best not fitted)" in rec.model_text(slow)
     assert rec.target_text(body["target"]).startswith("1.3B on 2 node(s) × 8 GPUs (16) of H100-SXM-80GB, seq 4096")
 
 

@@ -85,6 +85,9 @@ def model_text(model: Mapping[str, Any]) -> str:
             f"{model.get('gpu_type')}")
     if err is not None:
         text += f", held-out error {100 * err:.0f} %"
+    if model.get("n_not_competitive"):
+        text += (f" ({model['n_not_competitive']} configurations under "
+                 f"{100 * float(model.get('competitive_fraction') or 0):.0f} % of their cell's best not fitted)")
     if model.get("reason"):
         text += f" — {model['reason']}"
     return text

@@ -150,7 +150,7 @@ class Fit:
         """The fit as the API shows it."""
         return {"status": self.status, "gpu_type": self.group.get("gpu_type"),
                 "framework": self.group.get("framework"), "n_configurations": self.n_configurations,
-                "n_not_competitive": self.n_not_competitive,
+                "n_not_competitive": self.n_not_competitive, "competitive_fraction": COMPETITIVE_FRACTION,
                 "n_runs": self.n_runs, "fitted_on_run_ids": self.run_ids[:50],
                 "loo_median_rel_err": self.loo_median_rel_err, "interval_rel_half_width": math.expm1(self.loo_log_q80),
                 "params": {k: float(f"{v:.4g}") for k, v in self.params.items()}, "reason": self.reason}

@@ -101,9 +101,10 @@ def render_recommendation(body: dict) -> None:
     t, m = body["target"], body["model"]
     console.print(f"target: {t['model_size_class']:g}B on {t['nodes']} × {t['gpus_per_node']} {t['gpu_type']}, "
                   f"seq {t['seq_len']}, batch {t['global_batch_tokens']:,} tokens")
-    err = m.get("loo_median_rel_err")
+    err, slow = m.get("loo_median_rel_err"), m.get("n_not_competitive")
     console.print(f"model: {m['status']} on {m['n_runs']} runs of {m['framework']} on {m['gpu_type']}"
-                  + (f", held-out error {100 * err:.0f}%" if err is not None else ""))
+                  + (f", held-out error {100 * err:.0f}%" if err is not None else "")
+                  + (f" ({slow} slow configurations not fitted)" if slow else ""))
     for note in body.get("notes", []):
         console.print(f"  note: {note}")
     if not body["candidates"]:
