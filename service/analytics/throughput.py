@@ -156,14 +156,6 @@ class Fit:
                 "params": {k: float(f"{v:.4g}") for k, v in self.params.items()}, "reason": self.reason}
 
 
-def _vec(p: dict[str, float]) -> np.ndarray:
-    return np.array([p[k] for k in PARAMS], dtype=float)
-
-
-def _dict(x: np.ndarray) -> dict[str, float]:
-    return {k: float(v) for k, v in zip(PARAMS, x)}
-
-
 def config_terms(row: dict[str, Any]) -> Terms | None:
     """Terms of an aggregated configuration row (its recorded bandwidths used), None if incomplete."""
     try:
@@ -203,21 +195,24 @@ def fit(rows: list[dict[str, Any]], group: dict[str, Any]) -> Fit:
     arr = as_arrays([t for _, t in usable])
     y = np.log(np.array([r["tokens_per_sec_per_gpu"] for r, _ in usable], dtype=float))
 
+    held = {k for k, f in _SUPPORT.items() if np.count_nonzero(arr[f]) < MIN_SUPPORT}
+    free = [k for k in PARAMS if k not in held]  # the held ones stay at the PRIOR, outside the optimisation
+
+    def params(x: np.ndarray) -> dict[str, float]:
+        return {**PRIOR, **{k: float(v) for k, v in zip(free, x)}}
+
     def residuals(x: np.ndarray) -> np.ndarray:
-        total = step_time(arr, _dict(x))[0]
+        total = step_time(arr, params(x))[0]
         return np.log(arr["tokens_per_gpu"] / total) - y
 
-    lo, hi = _vec(_LOWER), _vec(_UPPER)
-    held = [k for k, f in _SUPPORT.items() if np.count_nonzero(arr[f]) < MIN_SUPPORT]
-    for k in held:  # least_squares needs lo < hi: a sliver around the prior
-        i = PARAMS.index(k)
-        lo[i], hi[i] = PRIOR[k], PRIOR[k] * (1 + 1e-9) + 1e-15
-    res = least_squares(residuals, np.clip(_vec(PRIOR), lo, hi), bounds=(lo, hi), x_scale=np.maximum(_vec(PRIOR), 1e-4),
-                        method="trf", loss=ROBUST_LOSS, f_scale=ROBUST_SCALE, max_nfev=200)
+    lo, hi = np.array([_LOWER[k] for k in free]), np.array([_UPPER[k] for k in free])
+    start = np.clip(np.array([PRIOR[k] for k in free]), lo, hi)
+    res = least_squares(residuals, start, bounds=(lo, hi), x_scale=np.maximum(start, 1e-4), method="trf",
+                        loss=ROBUST_LOSS, f_scale=ROBUST_SCALE, max_nfev=200)
     jac = res.jac
     hat = np.einsum("ij,jk,ik->i", jac, np.linalg.pinv(jac.T @ jac), jac)
     loo = res.fun / np.clip(1.0 - hat, 0.05, None)
-    return Fit(_dict(res.x), "fitted", group, len(usable), n_runs, ids, n_not_competitive=slow,
+    return Fit(params(res.x), "fitted", group, len(usable), n_runs, ids, n_not_competitive=slow,
                loo_median_rel_err=float(np.median(np.abs(np.expm1(loo)))),
                loo_log_q80=float(np.quantile(np.abs(loo), 0.8)),
                loo_log_sigma=float(1.4826 * np.median(np.abs(loo))))
