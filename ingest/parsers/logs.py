@@ -39,8 +39,13 @@ Line formats understood (checked against the frameworks' own format strings):
 
     step: 10  loss:  7.9012  grad_norm: 1.23  memory: 30.52GiB(38.62%)  tps: 5,762  tflops: 300.12  mfu: 30.35%
 
-  ``memory`` is the peak *reserved* memory and ``tps`` is tokens per second per GPU; ``train.py``
-  also logs ``Model llama3 8B size: 8,030,261,248 total parameters``, ``Building 1-D device mesh
+  ``memory`` is the peak *reserved* memory and ``tps`` is tokens per second per GPU. ``mfu`` is
+  kept only when torchtitan knew the device's peak: for a device missing from its table
+  ``torchtitan/tools/utils.py`` ``get_peak_flops`` warns ``Peak flops undefined for: Tesla T4,
+  fallback to A100`` and divides by the A100's 312 TFLOPS (``Peak FLOPS used for computing MFU:
+  3.120e+14``) -- that MFU is not the run's, so it is left out and ``extra.mfu_not_kept`` says why
+  (TFLOPs and tokens/s do not depend on the peak and are kept). ``train.py`` also logs
+  ``Model llama3 8B size: 8,030,261,248 total parameters``, ``Building 1-D device mesh
   with ['dp_shard'], [8]`` and ``Training starts at step 1, with local batch size 1, global batch
   size 8, sequence length 8192, ...``.
 * torchrun / Slurm stderr: the failure is the first root cause found by
@@ -345,6 +350,14 @@ def _torchtitan(text: str) -> tuple[list[dict], dict, dict, dict]:
             for size in dims.values():
                 world *= size
             config["world_size"] = world
+    fallback = re.search(r"Peak flops undefined for:? *([^\n]*)", text)
+    if fallback and any(r["mfu"] is not None for r in records):
+        for r in records:
+            r["mfu"] = None
+        peak = re.search(rf"Peak FLOPS used for computing MFU: ({_NUM})", text)
+        extra["mfu_not_kept"] = (f"torchtitan divided by a peak it assumed ('Peak flops undefined for: "
+                                 f"{fallback.group(1).strip()}'"
+                                 + (f"; peak used {float(peak.group(1)):.4g} FLOP/s" if peak else "") + ")")
     memory = {"peak": _max(reserved), "reserved": _max(reserved)}
     if reserved:
         extra["peak_memory_is_reserved"] = True
