@@ -49,6 +49,12 @@ NEW_EXPECTED: dict[str, dict] = {
         "model_params": 17_100_000_000,  # "params of model = params per GPU * mp_size: 17.1 B"
         "tflops_per_gpu": 13.63, "step_time_s": 7.77,
     },
+    "megatron_deepspeed_grad_norm_nan.log": {
+        "framework": "megatron-deepspeed", "status": "success",  # diverged, not crashed
+        # iterations 5426..5428 -> skip 1 -> TFLOPs 78.77, 78.71; ms 4225.8, 4229.2
+        "tflops_per_gpu": 78.74, "step_time_s": 4.2275,
+        "seq_len": 2048,  # "actual seqlen:  2048"
+    },
     "torchtitan_peak_flops_fallback.log": {
         "framework": "torchtitan", "status": "success",
         # steps 14..21 -> skip 3 -> 17..21: tps 7,282 7,322 7,309 7,272 7,304 -> median 7304
@@ -89,6 +95,32 @@ def test_extra_of_the_new_formats():
     assert hf["extra"]["samples_per_sec"] == 1.963 and hf["extra"]["derived_fields"] == ["nodes"]
     ds = parse_log((LOGS / "deepspeed_flops_profiler.log").read_text())
     assert ds["extra"]["samples_per_sec"] == 32.93 and ds["extra"]["model_parallel_size"] == 8
+
+
+def test_a_diverged_megatron_run_says_so():
+    """Megatron prints no "lm loss" when the loss is NaN (only averages > 0) -- bigscience-workshop/
+    Megatron-DeepSpeed#396 shows "grad norm: nan" on every line and no loss."""
+    record = parse_log((LOGS / "megatron_deepspeed_grad_norm_nan.log").read_text())
+    assert record["extra"]["non_finite_steps"] == 3 and record["extra"]["first_non_finite_step"] == 5426
+    assert "last_loss" not in record["extra"]
+
+
+def test_last_loss_is_the_last_steps_not_an_earlier_one():
+    """epfLLM/Megatron-LLM#33: the loss went NaN at iteration 3385, whose line has no "lm loss"
+    (the issue's lines, the third up to where the excerpt ends)."""
+    text = "\n".join([
+        "iteration     3383/    8000 | consumed samples:       216512 | elapsed time per iteration (ms): 7613.1 | "
+        "learning rate: 6.680E-06 | global batch size:    64 | lm loss: 7.334521E-01 | loss scale: 1.0 | grad norm: "
+        "0.752 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+        "iteration     3384/    8000 | consumed samples:       216576 | elapsed time per iteration (ms): 7845.5 | "
+        "learning rate: 6.678E-06 | global batch size:    64 | lm loss: 7.072597E-01 | loss scale: 1.0 | grad norm: "
+        "0.741 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+        "iteration     3385/    8000 | consumed samples:       216640 | elapsed time per iteration (ms): 7624.3 | "
+        "learning rate: 6.676E-06 | global batch size:    64 | loss scale: 1.0 |",
+    ])
+    extra = parse_log(text)["extra"]
+    assert extra["last_step"] == 3385 and "last_loss" not in extra  # not 3384's 0.7072597
+    assert parse_log(text.rsplit("\n", 1)[0])["extra"]["last_loss"] == pytest.approx(0.7072597)
 
 
 def test_torchtitan_mfu_against_an_assumed_peak_is_left_out():

@@ -66,6 +66,11 @@ Reduction rules
 * Status: the root cause's status when the log shows a failure (a run may fail after logging
   throughput: the numbers are kept), else ``success`` when training records were seen. A log with
   neither is refused (:class:`LogNotRecognised`): nothing is guessed.
+* Loss: ``extra.last_loss`` is the loss printed for the last logged step, or absent when that step
+  printed none. Steps whose loss or grad norm was NaN/inf (Megatron: ``grad norm: nan`` or ``number
+  of nan iterations: N`` > 0 -- it omits a NaN ``lm loss`` from the line) are counted in
+  ``extra.non_finite_steps`` / ``extra.first_non_finite_step``; a diverged run that kept running is
+  not a failure in the taxonomy, its status stays what the log shows.
 * Never a guess: a parallel degree the log does not state is left out (the server derives it only
   where ``tp·pp·cp·dp = world_size`` determines it). Values computed here from printed numbers
   (tokens/s/GPU from batch x sequence / step time / world size; nodes from torchrun's default) are
@@ -135,6 +140,12 @@ def _to_gib(value: float, unit: str) -> float:
     return round(value * _UNITS_GIB[unit.lower()], 4)
 
 
+def _non_finite(*values: str | None) -> bool:
+    """Whether any printed value is NaN or infinite ('nan', 'inf', '-inf', 'nan.0')."""
+    return any(v is not None and re.fullmatch(r"\s*[-+]?(?:nan|inf)(?:\.0)?\s*", v, re.I) is not None
+               for v in values)
+
+
 def _max(values: list[float]) -> float | None:
     return max(values) if values else None
 
@@ -163,7 +174,8 @@ def detect_format(text: str) -> str:
 def _nanotron(text: str) -> tuple[list[dict], dict, dict, dict]:
     records = []
     for m in _NANOTRON_ITER.finditer(text):
-        kv = {k: _human(v) for k, v in log_formats.pipe_pairs(m.group(3)).items()}
+        raw = log_formats.pipe_pairs(m.group(3))
+        kv = {k: _human(v) for k, v in raw.items()}
         ms = kv.get("elapsed_time_per_iteration_ms", kv.get("time_per_iteration_ms"))
         records.append(
             {
@@ -174,6 +186,7 @@ def _nanotron(text: str) -> tuple[list[dict], dict, dict, dict]:
                 "hardware_tflops_per_gpu": kv.get("hardware_tflops_per_gpu"),
                 "loss": kv.get("lm_loss"),
                 "max_reserved_bytes": kv.get("cuda_max_memory_reserved"),
+                "non_finite": _non_finite(raw.get("lm_loss"), raw.get("grad_norm")),
             }
         )
     unit = r"\s*([KMG]i?B)"
@@ -280,6 +293,10 @@ def _megatron(text: str) -> tuple[list[dict], dict, dict, dict]:
                 "step_time_s": ms / 1000.0 if ms is not None else None,
                 "global_batch_size": _number(kv.get("global batch size", "")),
                 "loss": _number(kv.get("lm loss", "")),
+                # Megatron leaves a NaN loss out of the line (it prints only averages > 0), so a
+                # non-finite grad norm or a nonzero "number of nan iterations" is what shows it
+                "non_finite": _non_finite(kv.get("lm loss"), kv.get("grad norm"))
+                or (_number(kv.get("number of nan iterations", "")) or 0) > 0,
             }
         )
         seqlen = _number(kv.get("actual seqlen", ""))  # Megatron-DeepSpeed
@@ -321,6 +338,7 @@ def _torchtitan(text: str) -> tuple[list[dict], dict, dict, dict]:
                 "mfu": mfu / 100.0 if mfu is not None else None,
                 "step_time_s": step_time,
                 "loss": _number(m.group(2)),
+                "non_finite": _non_finite(m.group(2), (re.findall(r"grad_norm:\s*(\S+)", rest) or [None])[0]),
             }
         )
     config: dict[str, Any] = {}
@@ -471,9 +489,14 @@ def parse_log(text: str, log_format: str | None = None, **fields: Any) -> dict[s
             first_step=steps[0],
             last_step=steps[-1],
         )
-        loss = [r["loss"] for r in records if r.get("loss") is not None]
+        # the loss of the last logged step only: an earlier value would hide a loss that went NaN
+        # (Megatron then prints no "lm loss" at all)
+        loss = [r["loss"] for r in records if r["step"] == steps[-1] and r.get("loss") is not None]
         if loss:
             extra["last_loss"] = loss[-1]
+        bad = list(dict.fromkeys(r["step"] for r in records if r.get("non_finite")))
+        if bad:
+            extra.update(non_finite_steps=len(bad), first_non_finite_step=bad[0])
     measured = any(r.get(k) is not None for r in records
                    for k in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "step_time_s", "samples_per_sec"))
 
