@@ -17,7 +17,11 @@ rule that matches; the order *is* the precedence, most specific first:
    quoted inside a traceback (``    raise ChildFailedError(``);
 2. ``scheduler_time_limit`` then ``scheduler_cancelled`` (Slurm ``*** JOB|STEP ... CANCELLED AT``
    banners, PBS walltime, LSF ``TERM_RUNLIMIT``/``TERM_OWNER``): unambiguous, never wrap another error;
-3. ``gpu_hardware_fault`` (Xid, uncorrectable ECC, fallen off the bus, GPU lost);
+3. ``gpu_hardware_fault`` (Xid, uncorrectable ECC, fallen off the bus, GPU lost) -- except the Xid
+   codes that NVIDIA's Xid catalog attributes to the application, not the GPU: 31 (MMU fault: the
+   process touched an invalid address; it sees ``CUDA_ERROR_ILLEGAL_ADDRESS``) is
+   ``cuda_illegal_memory_access``; 13 (graphics engine exception), 43 (GPU stopped processing) and 45
+   (preemptive cleanup after an earlier error or a killed process) are ``unknown``;
 4. ``cuda_illegal_memory_access`` -- beats any NCCL wrapper around it ("Cuda failure 'an illegal
    memory access...'", "watchdog thread terminated with exception: CUDA error: an illegal...");
 5. ``oom_gpu_nccl_buffer``: NCCL's own allocations (``Failed to CUDA calloc``, ``NCCL WARN Cuda
@@ -25,9 +29,15 @@ rule that matches; the order *is* the precedence, most specific first:
    checked before the generic OOM and before the NCCL result codes;
 6. ``oom_gpu`` (``CUDA out of memory``, ``HIP out of memory``, ``OutOfMemoryError``, ``CUDA error:
    out of memory``, ``CUBLAS_STATUS_ALLOC_FAILED``, XLA/TF ``failed to allocate ... from device``,
-   ``HIP_ERROR_OutOfMemory``, XLA's ``RESOURCE_EXHAUSTED`` (JAX / PyTorch-XLA on TPU: HBM); also
-   the host allocator's ``DefaultCPUAllocator: can't allocate
-   memory`` -- the taxonomy has no host-memory class, and the run's status is ``oom`` either way);
+   ``HIP_ERROR_OutOfMemory``, XLA's ``RESOURCE_EXHAUSTED`` (JAX / PyTorch-XLA on TPU: HBM; not
+   gRPC's ``StatusCode.RESOURCE_EXHAUSTED`` / "message larger than max", a message-size limit);
+   also host memory -- the allocator's ``DefaultCPUAllocator: can't allocate memory``, the Linux
+   OOM killer (``Out of memory: Killed process``), Slurm's cgroup OOM kill (``slurmstepd: error:
+   Detected 1 oom-kill event(s)`` / ``oom_kill event``) and srun's ``task 0: Out Of Memory``: the
+   taxonomy has no host-memory class, and the run's status is ``oom`` either way). PyTorch's
+   "Tried to allocate more than 1EB memory" is NOT an OOM: ``CUDACachingAllocator`` raises it for a
+   request of 2^60 bytes or more, i.e. a corrupted size (e.g. ``all_gather_object`` after ranks
+   desynchronised) -- ``unknown``;
 7. ``rendezvous_failure`` (DistNetworkError, DistStoreError, Rendezvous*Error, c10d store and
    socket failures, including the TCPStore client's warning-level ``[c10d] recvValue failed on
    SocketImpl(...): Connection reset by peer`` -- the store is gone; its "retrying" lines and a
@@ -55,8 +65,10 @@ rule that matches; the order *is* the precedence, most specific first:
     also a negative exit code, i.e. a child killed by a signal such as SIGKILL (-9), srun task
     exits, SignalException, the shell's "line 9:  4727 Killed") -- a symptom: the root cause
     (an OOM, an NCCL error) is looked for in the rest of the log;
-13. ``unknown``: generic error lines (``Traceback``, ``SomethingError: ...``, segfaults, c10 ``[E``
-    lines, unmatched ``CUDA error:``/``NCCL error``, ``srun: error:``).
+13. ``unknown``: generic error lines (``Traceback``, ``SomethingError: ...``, a bare ``Exception:
+    ...`` (Python's ``raise Exception(...)``, e.g. DeepSpeed's "Current loss scale already at
+    minimum"), segfaults, c10 ``[E`` lines, unmatched ``CUDA error:``/``NCCL error``, ``srun:
+    error:``).
 
 Lines that match none of these are not error lines (``None``).
 
@@ -70,8 +82,10 @@ Root cause of a whole log
 * *symptoms* (``child_process_failed``, ``unknown``) are skipped while any other class is present;
   among symptoms alone, the first ``child_process_failed`` beats the first ``unknown``;
 * otherwise the FIRST remaining line wins, except that a communication-level consequence
-  (``collective_timeout``, ``nccl_remote_error``, ``nccl_network_error``, and
-  ``rendezvous_failure``: the store's host process may be the one that died) yields to a
+  (``collective_timeout``, ``nccl_remote_error``, ``nccl_network_error``,
+  ``rendezvous_failure``: the store's host process may be the one that died, and
+  ``scheduler_cancelled``: srun cancels the whole step -- ``*** STEP 9411285.0 ON gpu20-15 CANCELLED
+  AT ... ***`` -- once one task died, e.g. of an OOM kill) yields to a
   process-local fault (``oom_gpu``, ``oom_gpu_nccl_buffer``, ``cuda_illegal_memory_access``,
   ``gpu_hardware_fault``) found anywhere in the log: a dying process makes its peers time out and
   lose their connections, never the reverse, and interleaved multi-rank output does not guarantee
@@ -107,7 +121,9 @@ PRIMARY_FAULTS = frozenset(
     {"oom_gpu", "oom_gpu_nccl_buffer", "cuda_illegal_memory_access", "gpu_hardware_fault"}
 )
 #: Communication-level errors that a process-local fault elsewhere in the log explains.
-CONSEQUENCES = frozenset({"collective_timeout", "nccl_remote_error", "nccl_network_error", "rendezvous_failure"})
+CONSEQUENCES = frozenset(
+    {"collective_timeout", "nccl_remote_error", "nccl_network_error", "rendezvous_failure", "scheduler_cancelled"}
+)
 #: Classes that never name a root cause while anything more specific is present.
 SYMPTOMS = ("child_process_failed", "unknown")  # in order of preference among themselves
 #: NCCL result-code classes whose following "Last error:" lines may name a more specific fault.
@@ -151,6 +167,10 @@ _FAILING_WARNING = re.compile(r"\[c10d\] recv\w* failed on SocketImpl")
 _NCCL_PROXY_CODE = re.compile(r"(?:Proxy Service \d+\].*\bretcode|operation=\w+, res)[ =](\d)\b")
 _NCCL_RESULT = {1: "nccl_unhandled_cuda_error", 2: "nccl_system_error", 3: "nccl_invalid_usage_or_internal",
                 4: "nccl_invalid_usage_or_internal", 5: "nccl_invalid_usage_or_internal", 6: "nccl_remote_error"}
+# The NVIDIA driver's Xid report (kernel log): "NVRM: Xid (PCI:0000:02:00): 31, pid=56543, ...".
+_XID_CODE = re.compile(r"\bXid\b\s*(?:\([^)]*\))?\s*:?\s*(\d+)\b", re.IGNORECASE)
+# Xid codes NVIDIA's Xid catalog attributes to the application rather than the GPU (docstring, rule 3).
+_XID_APPLICATION = {13: "unknown", 31: "cuda_illegal_memory_access", 43: "unknown", 45: "unknown"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours (torchtitan, rich, ...)
 # Prefixes in front of the message: "[rank3]:", "[default0]:", "[1,0]<stderr>:", srun -l "12: ".
 _PREFIX = re.compile(r"^(?:\s*(?:\[[^\]]{0,60}\](?:<\w+>)?:|\d{1,5}:(?=\s)))+")
@@ -204,6 +224,8 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             flags=_I,
         ),
     ),
+    # c10/cuda/CUDACachingAllocator.cpp: a request >= 2^60 bytes is a corrupted size, not a shortage.
+    ("unknown", _rx(r"Tried to allocate more than 1EB memory")),
     (
         "oom_gpu_nccl_buffer",
         _rx(
@@ -224,8 +246,17 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory",
             r"failed to allocate \S+ \(\d+ bytes\) from device",  # XLA / TF stream executor
             r"DefaultCPUAllocator: (?:can't allocate|not enough) memory",  # host RAM (see docstring)
-            # XLA (JAX, PyTorch/XLA, TF on TPU/GPU): the device memory allocator's status code
-            r"\bRESOURCE_EXHAUSTED\b|\bResource exhausted: Attempting to (?:allocate|reserve)",
+            # XLA (JAX, PyTorch/XLA, TF on TPU/GPU): the device memory allocator's status code; not
+            # gRPC's status of the same name ("StatusCode.RESOURCE_EXHAUSTED", "8 RESOURCE_EXHAUSTED:
+            # Received message larger than max (5013781 vs. 4194304)"): a message-size limit or quota
+            r"(?<!StatusCode\.)\bRESOURCE_EXHAUSTED\b(?!.*message larger than max)",
+            r"\bResource exhausted: Attempting to (?:allocate|reserve)",
+            # host memory (docstring, rule 6): the Linux OOM killer (mm/oom_kill.c), Slurm's task/cgroup
+            # plugin ("Detected 1 oom-kill event(s) in StepId=..." / "Detected 1 oom_kill event in
+            # StepId=...") and srun reporting the task's end ("srun: error: node: task 0: Out Of Memory")
+            r"\bOut of memory: Killed process \d+",
+            r"Detected \d+ oom[-_]kill event",
+            r"srun: error: .*\btasks? [\d,\-\[\]]+: Out Of Memory",
         ),
     ),
     (
@@ -352,6 +383,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         "unknown",
         _rx(
             r"^Traceback \(most recent call last\)",
+            r"^Exception: \S",  # Python's `raise Exception(...)`
             r"(?:^|[\s:>\]])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::|\s*$)",
             r"Segmentation fault|Fatal Python error|core dumped|terminate called after throwing",
             r"^\[E\s?\d{0,4}[\s\]]",
@@ -428,6 +460,9 @@ def classify_line(line: str) -> str | None:
     proxy = _NCCL_PROXY_CODE.search(line)
     if proxy and int(proxy.group(1)) in _NCCL_RESULT:
         return _NCCL_RESULT[int(proxy.group(1))]
+    xid = _XID_CODE.search(line)
+    if xid and int(xid.group(1)) in _XID_APPLICATION:
+        return _XID_APPLICATION[int(xid.group(1))]
     for error_class, pattern in RULES:
         target = core if error_class == "unknown" else line
         if pattern.search(target):

@@ -360,6 +360,40 @@ ROOT_CASES = {
         "oom_gpu_nccl_buffer",
         "[rank1]: Cuda failure 'out of memory'",
     ),
+    # https://github.com/ZwwWayne/K-Net/issues/30: srun cancels the step once a task is OOM-killed;
+    # the cgroup's report on the batch step comes after the banner (lines in their order there)
+    "step_cancelled_after_an_oom_kill": (
+        [
+            "srun: launch/slurm: _step_signal: Terminating StepId=9411285.0",
+            "slurmstepd-gpu20-15: error: *** STEP 9411285.0 ON gpu20-15 CANCELLED AT 2022-05-17T17:58:10 ***",
+            "slurmstepd-gpu20-15: error: Detected 1 oom-kill event(s) in StepId=9411285.batch. Some of your "
+            "processes may have been killed by the cgroup out-of-memory handler.",
+        ],
+        "oom_gpu",
+        "slurmstepd-gpu20-15: error: Detected 1 oom-kill event(s) in StepId=9411285.batch. Some of your "
+        "processes may have been killed by the cgroup out-of-memory handler.",
+    ),
+    # https://github.com/NVIDIA/nccl/issues/1284: an allocation of >= 1 EiB after a timeout is a
+    # corrupted size, not the cause
+    "timeout_then_a_1eb_allocation": (
+        [TIMEOUT, "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory", CHILD],
+        "collective_timeout",
+        TIMEOUT,
+    ),
+    # an application's MMU fault (Xid 31) is an illegal access, and Xid 45 the driver's cleanup after it
+    # (the Xid 31 line from https://github.com/amoghmunikote/cmpunlocker/pull/31; the Xid 45 line in the
+    # driver's format as in https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1150)
+    "xid_31_then_45": (
+        [
+            "NVRM: Xid (PCI:0000:02:00): 31, pid=56543, name=python3.12, channel 0x01000005. MMU Fault: ENGINE "
+            "CE2 HUBCLIENT_HSCE2 faulted @ 0x100_07600000.",
+            "NVRM: Xid (PCI:0000:02:00): 45, pid=56543, name=python3.12, Ch 00000005",
+            CHILD,
+        ],
+        "cuda_illegal_memory_access",
+        "NVRM: Xid (PCI:0000:02:00): 31, pid=56543, name=python3.12, channel 0x01000005. MMU Fault: ENGINE "
+        "CE2 HUBCLIENT_HSCE2 faulted @ 0x100_07600000.",
+    ),
     "nccl_code_with_network_detail_stays": (
         [
             "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"

@@ -49,6 +49,20 @@ NEW_EXPECTED: dict[str, dict] = {
         "model_params": 17_100_000_000,  # "params of model = params per GPU * mp_size: 17.1 B"
         "tflops_per_gpu": 13.63, "step_time_s": 7.77,
     },
+    "megatron_deepspeed_grad_norm_nan.log": {
+        "framework": "megatron-deepspeed", "status": "success",  # diverged, not crashed
+        # iterations 5426..5428 -> skip 1 -> TFLOPs 78.77, 78.71; ms 4225.8, 4229.2
+        "tflops_per_gpu": 78.74, "step_time_s": 4.2275,
+        "seq_len": 2048,  # "actual seqlen:  2048"
+    },
+    "torchtitan_peak_flops_fallback.log": {
+        "framework": "torchtitan", "status": "success",
+        # steps 14..21 -> skip 3 -> 17..21: tps 7,282 7,322 7,309 7,272 7,304 -> median 7304
+        "tokens_per_sec_per_gpu": 7304.0, "tflops_per_gpu": 0.52,
+        "peak_memory_gib": 9.46,  # memory:  9.46GiB(64.99%) (reserved)
+        "model_params": 6_163_712,  # "Model llama3 debugmodel size: 6,163,712 total parameters"
+        "gpu_type": "Tesla T4",  # "CUDA capacity: Tesla T4 with 14.56GiB memory"
+    },
     "mmengine_iter.log": {
         "framework": "mmengine", "status": "success",
         # iters 10..50 -> skip 2 -> time 0.004, 0.001, 0.001 -> median 0.001
@@ -81,6 +95,46 @@ def test_extra_of_the_new_formats():
     assert hf["extra"]["samples_per_sec"] == 1.963 and hf["extra"]["derived_fields"] == ["nodes"]
     ds = parse_log((LOGS / "deepspeed_flops_profiler.log").read_text())
     assert ds["extra"]["samples_per_sec"] == 32.93 and ds["extra"]["model_parallel_size"] == 8
+
+
+def test_a_diverged_megatron_run_says_so():
+    """Megatron prints no "lm loss" when the loss is NaN (only averages > 0) -- bigscience-workshop/
+    Megatron-DeepSpeed#396 shows "grad norm: nan" on every line and no loss."""
+    record = parse_log((LOGS / "megatron_deepspeed_grad_norm_nan.log").read_text())
+    assert record["extra"]["non_finite_steps"] == 3 and record["extra"]["first_non_finite_step"] == 5426
+    assert "last_loss" not in record["extra"]
+
+
+def test_last_loss_is_the_last_steps_not_an_earlier_one():
+    """epfLLM/Megatron-LLM#33: the loss went NaN at iteration 3385, whose line has no "lm loss"
+    (the issue's lines, the third up to where the excerpt ends)."""
+    text = "\n".join([
+        "iteration     3383/    8000 | consumed samples:       216512 | elapsed time per iteration (ms): 7613.1 | "
+        "learning rate: 6.680E-06 | global batch size:    64 | lm loss: 7.334521E-01 | loss scale: 1.0 | grad norm: "
+        "0.752 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+        "iteration     3384/    8000 | consumed samples:       216576 | elapsed time per iteration (ms): 7845.5 | "
+        "learning rate: 6.678E-06 | global batch size:    64 | lm loss: 7.072597E-01 | loss scale: 1.0 | grad norm: "
+        "0.741 | number of skipped iterations:   0 | number of nan iterations:   0 |",
+        "iteration     3385/    8000 | consumed samples:       216640 | elapsed time per iteration (ms): 7624.3 | "
+        "learning rate: 6.676E-06 | global batch size:    64 | loss scale: 1.0 |",
+    ])
+    extra = parse_log(text)["extra"]
+    assert extra["last_step"] == 3385 and "last_loss" not in extra  # not 3384's 0.7072597
+    assert parse_log(text.rsplit("\n", 1)[0])["extra"]["last_loss"] == pytest.approx(0.7072597)
+
+
+def test_torchtitan_mfu_against_an_assumed_peak_is_left_out():
+    """torchtitan/tools/utils.py get_peak_flops: an unknown device's MFU is computed against the
+    A100's peak ("Peak flops undefined for: Tesla T4, fallback to A100"): 0.52 TFLOP/s / 312 =
+    "mfu: 0.17%" on a T4. That is not the run's MFU: left out, and said so."""
+    text = (LOGS / "torchtitan_peak_flops_fallback.log").read_text()
+    record = parse_log(text)
+    assert "mfu" not in record
+    assert "Tesla T4, fallback to A100" in record["extra"]["mfu_not_kept"]
+    assert "3.12e+14" in record["extra"]["mfu_not_kept"]
+    # the same step lines without the warning: torchtitan knew the peak, its MFU is kept
+    steps = "\n".join(line for line in text.splitlines() if " step: " in line)
+    assert parse_log(steps)["mfu"] == pytest.approx(0.0017)
 
 
 def test_tokens_per_gpu_from_batch_or_samples_when_seq_len_and_world_are_given():
@@ -120,6 +174,8 @@ def test_format_can_be_forced():
      {"cp": 2, "seq_len": 65536, "gpus_per_node": 8}),
     # device names: huggingface/transformers#9415 ("1: Tesla V100-PCIE-32GB"), nvidia-smi
     ("0: Tesla V100-PCIE-32GB\n1: Tesla V100-PCIE-32GB\n", {"gpu_type": "Tesla V100-PCIE-32GB"}),
+    # torchtitan's "CUDA capacity" line (pytorch/torchtitan#3393); a one-digit model number
+    ("[titan] - root - INFO - CUDA capacity: Tesla T4 with 14.56GiB memory", {"gpu_type": "Tesla T4"}),
     ("|   0  NVIDIA H100 80GB HBM3          On  | 00000000:18:00.0 Off |", {"gpu_type": "NVIDIA H100 80GB HBM3"}),
     # parameter counts
     ("Total number of parameters: 1.71G (3264.00MiB)", {"model_params": 1_710_000_000}),

@@ -22,9 +22,9 @@ Sources of the line formats
 - nanotron ``Total number of parameters: 1.71G (3264.00MiB)`` (``human_format``); generic
   ``Number of parameters: 124,439,808``; PyTorch Lightning's summary ``24.2 B    Total params``.
 - Device names as CUDA/ROCm report them (``torch.cuda.get_device_name``, nvidia-smi, rocm-smi):
-  ``NVIDIA H100 80GB HBM3``, ``NVIDIA A100-SXM4-80GB``, ``Tesla V100-PCIE-32GB``, ``AMD Instinct
-  MI300X``. The server maps the name to its catalog name (``service/hardware.py``) and keeps the
-  reported one.
+  ``NVIDIA H100 80GB HBM3``, ``NVIDIA A100-SXM4-80GB``, ``Tesla V100-PCIE-32GB``, ``Tesla T4``,
+  ``NVIDIA L4``, ``AMD Instinct MI300X``. The server maps the name to its catalog name
+  (``service/hardware.py``) and keeps the reported one.
 - NCCL ``NCCL INFO NCCL version 2.21.5+cuda12.4``; ``torch version ..... 2.1.0`` / ``PyTorch
   version: 2.1.0`` (Megatron-DeepSpeed, ``collect_env``); ``CUDA version: 12.1``.
 """
@@ -66,7 +66,7 @@ class _Facts:
 
 
 _GPU = re.compile(
-    r"\b((?:NVIDIA|Tesla|Quadro|AMD Instinct|Instinct)\s+(?:GeForce\s+)?[A-Z]{1,3}\d{2,4}[A-Za-z]*"
+    r"\b((?:NVIDIA|Tesla|Quadro|AMD Instinct|Instinct)\s+(?:GeForce\s+)?[A-Z]{1,3}\d{1,4}[A-Za-z]*"
     r"(?:[- ](?:SXM\d?|PCIE|PCIe|NVL|HBM\d?e?|\d+GB|\d+G))*)")
 
 

@@ -39,8 +39,13 @@ Line formats understood (checked against the frameworks' own format strings):
 
     step: 10  loss:  7.9012  grad_norm: 1.23  memory: 30.52GiB(38.62%)  tps: 5,762  tflops: 300.12  mfu: 30.35%
 
-  ``memory`` is the peak *reserved* memory and ``tps`` is tokens per second per GPU; ``train.py``
-  also logs ``Model llama3 8B size: 8,030,261,248 total parameters``, ``Building 1-D device mesh
+  ``memory`` is the peak *reserved* memory and ``tps`` is tokens per second per GPU. ``mfu`` is
+  kept only when torchtitan knew the device's peak: for a device missing from its table
+  ``torchtitan/tools/utils.py`` ``get_peak_flops`` warns ``Peak flops undefined for: Tesla T4,
+  fallback to A100`` and divides by the A100's 312 TFLOPS (``Peak FLOPS used for computing MFU:
+  3.120e+14``) -- that MFU is not the run's, so it is left out and ``extra.mfu_not_kept`` says why
+  (TFLOPs and tokens/s do not depend on the peak and are kept). ``train.py`` also logs
+  ``Model llama3 8B size: 8,030,261,248 total parameters``, ``Building 1-D device mesh
   with ['dp_shard'], [8]`` and ``Training starts at step 1, with local batch size 1, global batch
   size 8, sequence length 8192, ...``.
 * torchrun / Slurm stderr: the failure is the first root cause found by
@@ -61,6 +66,11 @@ Reduction rules
 * Status: the root cause's status when the log shows a failure (a run may fail after logging
   throughput: the numbers are kept), else ``success`` when training records were seen. A log with
   neither is refused (:class:`LogNotRecognised`): nothing is guessed.
+* Loss: ``extra.last_loss`` is the loss printed for the last logged step, or absent when that step
+  printed none. Steps whose loss or grad norm was NaN/inf (Megatron: ``grad norm: nan`` or ``number
+  of nan iterations: N`` > 0 -- it omits a NaN ``lm loss`` from the line) are counted in
+  ``extra.non_finite_steps`` / ``extra.first_non_finite_step``; a diverged run that kept running is
+  not a failure in the taxonomy, its status stays what the log shows.
 * Never a guess: a parallel degree the log does not state is left out (the server derives it only
   where ``tp·pp·cp·dp = world_size`` determines it). Values computed here from printed numbers
   (tokens/s/GPU from batch x sequence / step time / world size; nodes from torchrun's default) are
@@ -130,6 +140,12 @@ def _to_gib(value: float, unit: str) -> float:
     return round(value * _UNITS_GIB[unit.lower()], 4)
 
 
+def _non_finite(*values: str | None) -> bool:
+    """Whether any printed value is NaN or infinite ('nan', 'inf', '-inf', 'nan.0')."""
+    return any(v is not None and re.fullmatch(r"\s*[-+]?(?:nan|inf)(?:\.0)?\s*", v, re.I) is not None
+               for v in values)
+
+
 def _max(values: list[float]) -> float | None:
     return max(values) if values else None
 
@@ -158,7 +174,8 @@ def detect_format(text: str) -> str:
 def _nanotron(text: str) -> tuple[list[dict], dict, dict, dict]:
     records = []
     for m in _NANOTRON_ITER.finditer(text):
-        kv = {k: _human(v) for k, v in log_formats.pipe_pairs(m.group(3)).items()}
+        raw = log_formats.pipe_pairs(m.group(3))
+        kv = {k: _human(v) for k, v in raw.items()}
         ms = kv.get("elapsed_time_per_iteration_ms", kv.get("time_per_iteration_ms"))
         records.append(
             {
@@ -169,6 +186,7 @@ def _nanotron(text: str) -> tuple[list[dict], dict, dict, dict]:
                 "hardware_tflops_per_gpu": kv.get("hardware_tflops_per_gpu"),
                 "loss": kv.get("lm_loss"),
                 "max_reserved_bytes": kv.get("cuda_max_memory_reserved"),
+                "non_finite": _non_finite(raw.get("lm_loss"), raw.get("grad_norm")),
             }
         )
     unit = r"\s*([KMG]i?B)"
@@ -275,6 +293,10 @@ def _megatron(text: str) -> tuple[list[dict], dict, dict, dict]:
                 "step_time_s": ms / 1000.0 if ms is not None else None,
                 "global_batch_size": _number(kv.get("global batch size", "")),
                 "loss": _number(kv.get("lm loss", "")),
+                # Megatron leaves a NaN loss out of the line (it prints only averages > 0), so a
+                # non-finite grad norm or a nonzero "number of nan iterations" is what shows it
+                "non_finite": _non_finite(kv.get("lm loss"), kv.get("grad norm"))
+                or (_number(kv.get("number of nan iterations", "")) or 0) > 0,
             }
         )
         seqlen = _number(kv.get("actual seqlen", ""))  # Megatron-DeepSpeed
@@ -316,6 +338,7 @@ def _torchtitan(text: str) -> tuple[list[dict], dict, dict, dict]:
                 "mfu": mfu / 100.0 if mfu is not None else None,
                 "step_time_s": step_time,
                 "loss": _number(m.group(2)),
+                "non_finite": _non_finite(m.group(2), (re.findall(r"grad_norm:\s*(\S+)", rest) or [None])[0]),
             }
         )
     config: dict[str, Any] = {}
@@ -345,6 +368,14 @@ def _torchtitan(text: str) -> tuple[list[dict], dict, dict, dict]:
             for size in dims.values():
                 world *= size
             config["world_size"] = world
+    fallback = re.search(r"Peak flops undefined for:? *([^\n]*)", text)
+    if fallback and any(r["mfu"] is not None for r in records):
+        for r in records:
+            r["mfu"] = None
+        peak = re.search(rf"Peak FLOPS used for computing MFU: ({_NUM})", text)
+        extra["mfu_not_kept"] = (f"torchtitan divided by a peak it assumed ('Peak flops undefined for: "
+                                 f"{fallback.group(1).strip()}'"
+                                 + (f"; peak used {float(peak.group(1)):.4g} FLOP/s" if peak else "") + ")")
     memory = {"peak": _max(reserved), "reserved": _max(reserved)}
     if reserved:
         extra["peak_memory_is_reserved"] = True
@@ -458,9 +489,14 @@ def parse_log(text: str, log_format: str | None = None, **fields: Any) -> dict[s
             first_step=steps[0],
             last_step=steps[-1],
         )
-        loss = [r["loss"] for r in records if r.get("loss") is not None]
+        # the loss of the last logged step only: an earlier value would hide a loss that went NaN
+        # (Megatron then prints no "lm loss" at all)
+        loss = [r["loss"] for r in records if r["step"] == steps[-1] and r.get("loss") is not None]
         if loss:
             extra["last_loss"] = loss[-1]
+        bad = list(dict.fromkeys(r["step"] for r in records if r.get("non_finite")))
+        if bad:
+            extra.update(non_finite_steps=len(bad), first_non_finite_step=bad[0])
     measured = any(r.get(k) is not None for r in records
                    for k in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "step_time_s", "samples_per_sec"))
 
