@@ -254,9 +254,11 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             # host memory (docstring, rule 6): the Linux OOM killer (mm/oom_kill.c), Slurm's task/cgroup
             # plugin ("Detected 1 oom-kill event(s) in StepId=..." / "Detected 1 oom_kill event in
             # StepId=...") and srun reporting the task's end ("srun: error: node: task 0: Out Of Memory")
-            r"\bOut of memory: Killed process \d+",
+            # (also the cgroup form "Memory cgroup out of memory: Killed process N" and older kernels'
+            # "Out of memory: Kill process N (...) score ... or sacrifice child")
+            r"\b(?i:out of memory: kill(?:ed)? process) \d+",
             r"Detected \d+ oom[-_]kill event",
-            r"srun: error: .*\btasks? [\d,\-\[\]]+: Out Of Memory",
+            r"srun: error: [^:\n]*: tasks? [\d,\-\[\]]+: Out Of Memory",
         ),
     ),
     (
@@ -371,7 +373,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         _rx(
             r"ChildFailedError",
             r"failed \(exitcode:\s*-?\d+\)\s*local_rank",
-            r"srun: error: .*\btasks? [\d,\-\[\]]+: (?:Exited with exit code|Killed|Terminated)",
+            r"srun: error: [^:\n]*: tasks? [\d,\-\[\]]+: (?:Exited with exit code|Killed|Terminated)",
             r"SignalException: Process \d+ got signal",
             # the shell reporting a child killed by a signal: "line 9:  4727 Killed" (SIGKILL),
             # "2324239 Aborted (core dumped)" (SIGABRT)

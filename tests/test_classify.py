@@ -511,3 +511,13 @@ def test_a_child_killed_by_a_signal_is_a_symptom_behind_its_cause():
     assert (found.error_class, found.status, found.line_no) == ("oom_gpu", "oom", 1)
     alone = classify_text(text.splitlines()[1])
     assert (alone.error_class, alone.status) == ("child_process_failed", "failed")
+
+
+def test_kernel_oom_kill_in_its_cgroup_and_old_forms():
+    """The Linux OOM killer's lines (mm/oom_kill.c): the cgroup form containers print and older
+    kernels' "Kill process ... or sacrifice child" are host OOM kills too."""
+    from ingest.classify import classify_line
+
+    for line in ("[812.3] Memory cgroup out of memory: Killed process 4242 (python) total-vm:1024kB",
+                 "Out of memory: Kill process 999 (python) score 900 or sacrifice child"):
+        assert classify_line(line) == "oom_gpu", line

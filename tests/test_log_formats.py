@@ -193,3 +193,28 @@ def test_conflicting_facts_are_left_out():
                                  "NVIDIA H100 80GB HBM3\nNVIDIA A100-SXM4-80GB")
     assert "world_size" not in fields and extra["conflicting_facts"]["world_size"] == [16, 32]
     assert "gpu_type" not in fields and len(extra["gpu_types_seen"]) == 2
+
+
+def test_a_restarted_megatron_log_reports_its_last_line_not_the_first_attempt():
+    """A requeued job appends to the same log and logs steps 60, 70, 80 again; its last step went NaN
+    (Megatron then prints no lm loss): the first attempt's healthy step-100 loss must not be reported."""
+    from ingest.parsers import logs
+
+    def line(it: int, nan: bool = False) -> str:
+        return (f" iteration {it:>8}/    1000 | consumed samples: {it * 8:>8} | elapsed time per iteration (ms):"
+                f" 500.0 | learning rate: 1.0E-04 | global batch size:     8 |"
+                + ("" if nan else " lm loss: 6.000000E+00 |")
+                + f" loss scale: 1.0 | grad norm: {'nan' if nan else '1.000'} | number of skipped iterations:   0 |"
+                f" number of nan iterations:   {1 if nan else 0} |")
+
+    text = "\n".join([line(i) for i in range(10, 101, 10)] + [line(60), line(70), line(80, nan=True)])
+    extra = logs.parse_log(text)["extra"]
+    assert extra["last_step"] == 80 and "last_loss" not in extra
+    assert extra["non_finite_steps"] == 1 and extra["first_non_finite_step"] == 80
+
+
+def test_a_device_index_is_not_a_gpu_type():
+    from ingest.parsers.log_facts import log_facts
+
+    assert log_facts("Found NVIDIA GPU0 on host\nGPU 0: NVIDIA L4\n")[0].get("gpu_type") == "NVIDIA L4"
+    assert log_facts("device: Tesla T4\n")[0].get("gpu_type") == "Tesla T4"

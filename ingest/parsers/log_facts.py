@@ -66,7 +66,9 @@ class _Facts:
 
 
 _GPU = re.compile(
-    r"\b((?:NVIDIA|Tesla|Quadro|AMD Instinct|Instinct)\s+(?:GeForce\s+)?[A-Z]{1,3}\d{1,4}[A-Za-z]*"
+    # a one-digit model number only for the families that have one (Tesla T4, NVIDIA L4, NVIDIA A2):
+    # "NVIDIA GPU0" is a device index, not a GPU type
+    r"\b((?:NVIDIA|Tesla|Quadro|AMD Instinct|Instinct)\s+(?:GeForce\s+)?(?:[A-Z]{1,3}\d{2,4}|[TLA]\d(?!\d))[A-Za-z]*"
     r"(?:[- ](?:SXM\d?|PCIE|PCIe|NVL|HBM\d?e?|\d+GB|\d+G))*)")
 
 

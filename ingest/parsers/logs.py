@@ -68,8 +68,9 @@ Reduction rules
   neither is refused (:class:`LogNotRecognised`): nothing is guessed.
 * Loss: ``extra.last_loss`` is the loss printed for the last logged step, or absent when that step
   printed none. Steps whose loss or grad norm was NaN/inf (Megatron: ``grad norm: nan`` or ``number
-  of nan iterations: N`` > 0 -- it omits a NaN ``lm loss`` from the line) are counted in
-  ``extra.non_finite_steps`` / ``extra.first_non_finite_step``; a diverged run that kept running is
+  of nan iterations: N`` > 0 -- it omits a NaN ``lm loss`` from the line) are counted, as logged
+  steps (one Megatron line covers its log interval), in ``extra.non_finite_steps`` /
+  ``extra.first_non_finite_step``; a diverged run that kept running is
   not a failure in the taxonomy, its status stays what the log shows.
 * Never a guess: a parallel degree the log does not state is left out (the server derives it only
   where ``tp·pp·cp·dp = world_size`` determines it). Values computed here from printed numbers
@@ -487,11 +488,17 @@ def parse_log(text: str, log_format: str | None = None, **fields: Any) -> dict[s
             steps_logged=len(steps),
             warmup_steps_skipped=skip,
             first_step=steps[0],
-            last_step=steps[-1],
+            last_step=records[-1]["step"],  # the last line's (a restarted job logs its steps again)
         )
         # the loss of the last logged step only: an earlier value would hide a loss that went NaN
-        # (Megatron then prints no "lm loss" at all)
-        loss = [r["loss"] for r in records if r["step"] == steps[-1] and r.get("loss") is not None]
+        # (Megatron then prints no "lm loss" at all) — the trailing lines of that step (one per rank),
+        # not an earlier attempt's line of the same step number
+        tail: list[dict[str, Any]] = []
+        for r in reversed(records):
+            if r["step"] != records[-1]["step"]:
+                break
+            tail.append(r)
+        loss = [r["loss"] for r in reversed(tail) if r.get("loss") is not None]
         if loss:
             extra["last_loss"] = loss[-1]
         bad = list(dict.fromkeys(r["step"] for r in records if r.get("non_finite")))

@@ -234,6 +234,27 @@ def _stage_layers(model: _Model, pp: int, balanced: bool) -> list[int]:
     return counts
 
 
+def _lm_head_stage(model: _Model, pp: int, balanced: bool) -> int:
+    """The pipeline stage that holds the lm_head (0-based).
+
+    balanced (nanotron build_model [NT]): the walk of _stage_layers goes on past the last decoder
+    layer, and the lm_head lands on the stage the walk has reached — which is not the last one when
+    the split leaves trailing stages without layers (a small model over many stages: 1.34B over 8
+    stages splits its 16 layers 3/2/3/2/3/2/1/0 and the head is on stage 6; only the fp32 cast and
+    the loss move on). Otherwise (Megatron) the last stage.
+    """
+    if pp == 1 or not balanced:
+        return pp - 1
+    split = _stage_layers(model, pp, balanced=True)
+    c = 4 * model.heads * model.head_dim * model.h + 3 * model.ffn * model.h
+    total = model.layers * c + model.vocab * model.h
+    rank = max(i for i, n in enumerate(split) if n) if any(split) else 0
+    # the walk moved on past the last layer's stage when that layer closed it
+    if rank < pp - 1 and model.layers * c >= total * (rank + 1) / pp:
+        rank += 1
+    return rank
+
+
 def _activation_bytes_per_token(model: _Model, seq: int, tp: int, sp: bool, recompute: str,
                                 flash: bool, op_sac: bool = False) -> tuple[float, float]:
     """(bytes kept per token per layer, bytes of one layer's full activations per token), one GPU.

@@ -188,18 +188,22 @@ def _complete_target(target: Target, rows: list[dict[str, Any]], notes: list[str
         ctx["model_params"] = same_size[0]["model_params"] or target.model_params
         notes.append(f"model dims from the recorded {size_class:g}B runs (run #{same_size[0]['first_id']})")
     ctx.update(dims)
-    if not all(dims.get(f) for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size")):
+    if not all(dims.get(f) for f in DIM_FIELDS):
         # what the target leaves out is inferred from model_params, as the memory and throughput models do
         # (service/analytics/memory._resolve_model): said, so that the answer is read for those dims
         inferred: list[str] = []
         try:
-            m = _resolve_model({**ctx, "model_params": ctx["model_params"]}, inferred)
+            _resolve_model({**ctx, "model_params": ctx["model_params"]}, inferred)
         except ValueError:
-            m = None
-        if m is not None and inferred:
-            notes.append("model dims " + ("neither given nor recorded" if not same_size else "the records leave out")
-                         + f", inferred from model_params {ctx['model_params']:,}: " + "; ".join(inferred)
-                         + " — pass your model's dims (num_layers, hidden_size, ...) to be costed on them")
+            inferred = []
+        inferred = [n for n in inferred if not n.startswith("dims give")]  # a check, not an inference
+        if inferred:
+            given = any(getattr(target, f) for f in DIM_FIELDS)
+            source = ("the target leaves out" if given else "the records leave out" if same_size
+                      else "neither given nor recorded")
+            notes.append(f"model dims {source}, inferred from model_params {ctx['model_params']:,}: "
+                         + "; ".join(inferred) + " — pass your model's dims (num_layers, hidden_size, ...) to be "
+                         "costed on them")
     ctx["seq_len"] = target.seq_len or (nearest or {}).get("seq_len")
     if ctx["seq_len"] is None:
         raise BadRequest("seq_len is needed (no recorded run to take it from)",

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service import hardware
-from service.analytics.memory import _Model, _resolve_model, _stage_layers
+from service.analytics.memory import _lm_head_stage, _Model, _resolve_model, _stage_layers
 from service.derive import flops_per_token
 
 _BF16 = 2
@@ -116,8 +116,10 @@ def stage_imbalance(model: _Model, pp: int, seq: int, framework: str | None) -> 
     The stages are split as the framework splits them (service/analytics/memory._stage_layers, the
     one copy of that rule: nanotron's build_model balances its own cost estimate, 4·a·d·h + 3·ffn·h
     per layer against V·h for the lm_head; otherwise Megatron's uniform split of the layers); the
-    last stage also runs the lm_head. Each stage's true FLOPs per token, forward and backward, are
-    6·(layer params) + 12·h·s per layer [PaLM appendix B] and 6·V·h for the lm_head. In 1F1B the
+    lm_head runs on the stage the split puts it on (memory._lm_head_stage: nanotron's walk can leave
+    trailing stages without layers, the head then sits before them; Megatron's last stage). Each
+    stage's true FLOPs per token, forward and backward, are 6·(layer params) + 12·h·s per layer
+    [PaLM appendix B] and 6·V·h for the lm_head. In 1F1B the
     slowest stage sets the pace of the steady state ([NA21 §2.2]; PipeDream, Narayanan et al. 2019,
     SOSP: "the throughput of the pipeline is bounded by its slowest stage"), so a small model with a
     large vocabulary split over many stages runs at the pace of the stage holding the lm_head.
@@ -128,7 +130,7 @@ def stage_imbalance(model: _Model, pp: int, seq: int, framework: str | None) -> 
     layers = _stage_layers(model, pp, balanced=nanotron)
     per_layer = 6.0 * model.layer_params() + 12.0 * model.h * seq
     stage = [n * per_layer for n in layers]
-    stage[-1] += 6.0 * model.vocab * model.h
+    stage[_lm_head_stage(model, pp, balanced=nanotron)] += 6.0 * model.vocab * model.h
     return max(stage) / (sum(stage) / pp)
 
 
