@@ -94,3 +94,14 @@ def test_the_lm_head_sits_where_nanotrons_walk_puts_it():
     stages[head] += 6.0 * model.vocab * model.h
     assert tt.stage_imbalance(model, 8, 4096, "nanotron") == pytest.approx(max(stages) / (sum(stages) / 8))
     assert _lm_head_stage(model, 8, balanced=False) == 7 and _lm_head_stage(model, 1, balanced=True) == 0
+
+
+def test_the_memory_model_keeps_the_lm_head_on_its_stage():
+    """The memory model puts the lm_head's parameters where the split puts the head (stage 6 of 8 for
+    16 layers), not on the empty last stage, which holds only the fp32 cast and the loss."""
+    from service.analytics.memory import estimate_memory
+
+    est = estimate_memory(_cfg(dp=1, pp=8, micro_batch_size=1, grad_accum_steps=64))
+    head, empty = est.stage_breakdowns["stage 6"]["params"], est.stage_breakdowns["last"]["params"]
+    one_layer_stage = est.stage_breakdowns["stage 5"]["params"]  # 2 layers, no head
+    assert head > one_layer_stage and empty < one_layer_stage

@@ -373,6 +373,8 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
 
     # --- per pipeline stage ------------------------------------------------------------------
     layer_split = _stage_layers(model, pp, balanced=nanotron)
+    # the lm_head's stage (its fp32 cast and the loss run on the last one: the logits are counted there)
+    head_stage = _lm_head_stage(model, pp, balanced=nanotron)
     kept, full_layer = _activation_bytes_per_token(model, seq, tp, sp, recompute, flash,
                                                    op_sac="torchtitan" in framework)
     tokens_mb = mbs * seq / cp            # tokens of one micro-batch on one GPU (CP splits s)
@@ -388,7 +390,7 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
     for r, n_layers in enumerate(layer_split):
         first, last = r == 0, r == pp - 1
         params = n_layers * layer_local + (emb_params if first else 0.0)
-        if last:  # final norm; untied lm_head, or nanotron's tied copy on the last PP stage
+        if r == head_stage:  # final norm; untied lm_head, or nanotron's tied copy, on the head's stage
             params += model.h + (emb_params if (pp > 1 or not model.tied) else 0.0)
         persistent = {k: v * params for k, v in per_param.items()}
         persistent["framework_overhead"] = c.framework_misc_gib * GIB
