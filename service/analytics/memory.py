@@ -223,6 +223,12 @@ def _stage_layers(model: _Model, pp: int, balanced: bool) -> list[int]:
     if not balanced:
         base, extra_layers = divmod(model.layers, pp)
         return [base + (1 if r < extra_layers else 0) for r in range(pp)]
+    return _nanotron_walk(model, pp)[0]
+
+
+def _nanotron_walk(model: _Model, pp: int) -> tuple[list[int], int]:
+    """nanotron build_model's walk over the blocks [NT] (see _stage_layers): (decoder layers per
+    stage, the stage the walk has reached after the last layer — where the lm_head lands)."""
     c = 4 * model.heads * model.head_dim * model.h + 3 * model.ffn * model.h
     total = model.layers * c + model.vocab * model.h
     counts, rank, cum = [0] * pp, 0, 0
@@ -231,7 +237,7 @@ def _stage_layers(model: _Model, pp: int, balanced: bool) -> list[int]:
         counts[rank] += 1
         if rank < pp - 1 and cum >= total * (rank + 1) / pp:
             rank += 1
-    return counts
+    return counts, rank
 
 
 def _lm_head_stage(model: _Model, pp: int, balanced: bool) -> int:
@@ -245,14 +251,7 @@ def _lm_head_stage(model: _Model, pp: int, balanced: bool) -> int:
     """
     if pp == 1 or not balanced:
         return pp - 1
-    split = _stage_layers(model, pp, balanced=True)
-    c = 4 * model.heads * model.head_dim * model.h + 3 * model.ffn * model.h
-    total = model.layers * c + model.vocab * model.h
-    rank = max(i for i, n in enumerate(split) if n) if any(split) else 0
-    # the walk moved on past the last layer's stage when that layer closed it
-    if rank < pp - 1 and model.layers * c >= total * (rank + 1) / pp:
-        rank += 1
-    return rank
+    return _nanotron_walk(model, pp)[1]
 
 
 def _activation_bytes_per_token(model: _Model, seq: int, tp: int, sp: bool, recompute: str,

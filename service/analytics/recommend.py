@@ -34,6 +34,7 @@ Distance: |ln(size/size*)| + |ln(nodes/nodes*)| + |ln(seq/seq*)| + hardware (0 s
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from dataclasses import dataclass
@@ -530,12 +531,18 @@ def recommend(
     # walked in that order, the walk stops once k admitted layouts score at least the next one's bound
     items.sort(key=lambda e: (-low(e), tie(e)))
     kept: list[tuple[float, Scored, tuple[Any, dict[str, Any] | None]]] = []
+    best_k: list[float] = []  # min-heap of the k best scores so far: best_k[0] is the k-th
     for item in items:
-        if len(kept) >= k and sorted((sc for sc, _, _ in kept), reverse=True)[k - 1] >= low(item):
+        if len(best_k) >= k and best_k[0] >= low(item):
             break
         ok = admissible(prep, item, counts, margin=MEMORY_MARGIN)
         if ok is not None:
-            kept.append((low(item) * p_fits(*ok), item, ok))
+            score = low(item) * p_fits(*ok)
+            kept.append((score, item, ok))
+            if len(best_k) < k:
+                heapq.heappush(best_k, score)
+            else:
+                heapq.heappushpop(best_k, score)
     kept.sort(key=lambda e: (-e[0], tie(e[1])))
     out: list[dict[str, Any]] = []
     for _, item, ok in kept[:k]:
