@@ -105,3 +105,35 @@ def test_the_memory_model_keeps_the_lm_head_on_its_stage():
     head, empty = est.stage_breakdowns["stage 6"]["params"], est.stage_breakdowns["last"]["params"]
     one_layer_stage = est.stage_breakdowns["stage 5"]["params"]  # 2 layers, no head
     assert head > one_layer_stage and empty < one_layer_stage
+
+
+def test_dp_ranks_per_node_follows_the_rank_order():
+    """TP (then CP) innermost, DP next, PP outermost [nanotron ParallelContext, Megatron-Core]."""
+    assert tt.dp_ranks_per_node(dp=64, tp=1, cp=1, gpus_per_node=8) == 8
+    assert tt.dp_ranks_per_node(dp=16, tp=4, cp=1, gpus_per_node=8) == 2
+    assert tt.dp_ranks_per_node(dp=8, tp=2, cp=2, gpus_per_node=8) == 2
+    assert tt.dp_ranks_per_node(dp=8, tp=8, cp=1, gpus_per_node=8) == 1
+    assert tt.dp_ranks_per_node(dp=2, tp=16, cp=1, gpus_per_node=8) == 1   # TP spans nodes
+    assert tt.dp_ranks_per_node(dp=2, tp=1, cp=1, gpus_per_node=8) == 2    # the group is smaller than a node
+
+
+@pytest.mark.parametrize("recorded", [None, 96.0])
+def test_the_dp_all_reduce_across_nodes_does_not_shrink_with_tp(recorded: float | None):
+    """Across nodes a DP group gets its ranks' share of each node's network links: with TP 4 the
+    gradient buffer per GPU is 1/4 as large and so is the group's bandwidth, so the network time of
+    the gradient reduction is the same as with TP 1 (but for the ring's (n−1)/n share)."""
+    def dp_time(nodes: int = 8, **over: object) -> float:
+        t = tt.terms(_cfg(nodes=nodes, **over), dp_bw_recorded=recorded)
+        return t.dp_bytes / t.dp_bw
+
+    tp1, tp4 = dp_time(dp=64, tp=1), dp_time(dp=16, tp=4)
+    assert tp4 == pytest.approx(tp1 * (15 / 16) / (63 / 64))
+    # inside one node NVLink carries it: the buffer's 1/tp shows in full
+    assert dp_time(dp=2, tp=4, nodes=1) < dp_time(dp=8, tp=1, nodes=1) / 3
+
+
+def test_pipeline_neighbours_cross_nodes_once_the_world_spans_nodes():
+    """PP is the outermost rank dimension: on 8 nodes, dp32 pp2 puts its two stages on other nodes."""
+    assert tt.terms(_cfg(nodes=8, dp=32, pp=2, grad_accum_steps=8)).pp_inter == 1.0
+    assert tt.terms(_cfg(nodes=1, dp=4, pp=2, grad_accum_steps=64)).pp_inter == 0.0
+    assert tt.terms(_cfg(nodes=8)).pp_inter == 0.0  # no pipeline

@@ -69,8 +69,8 @@ PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_x", "a_dp", "a_zero", "a
 #: the documented prior: the fit on the Ultra-Scale Playbook sweep (all 12 cells of bench_calibration.csv,
 #: H100 nanotron, pre-fix pipeline runs retired as bench/recommend_loo.py does), rounded; used when a
 #: group has too few configurations, and as the fit's starting point
-PRIOR = {"e_max": 0.58, "k_h": 37.0, "a_tp": 0.84, "alpha_tp": 2.4e-4, "alpha_tp_x": 3e-3, "a_dp": 2.0, "a_zero": 0.05,
-         "a_bubble": 1.15, "alpha_pp_x": 5.4e-4, "a_act": 1.26e5, "a_logit": 2.7e4}
+PRIOR = {"e_max": 0.59, "k_h": 0.0, "a_tp": 1.02, "alpha_tp": 2.3e-4, "alpha_tp_x": 3e-3, "a_dp": 1.22, "a_zero": 0.6,
+         "a_bubble": 1.03, "alpha_pp_x": 1.1e-3, "a_act": 1.32e5, "a_logit": 3.1e4}
 _LOWER = {"e_max": 0.05, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "alpha_tp_x": 0.0, "a_dp": 0.0, "a_zero": 0.0,
           "a_bubble": 0.3, "alpha_pp_x": 0.0, "a_act": 0.0, "a_logit": 0.0}
 _UPPER = {"e_max": 1.0, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "alpha_tp_x": 0.5, "a_dp": 3.0, "a_zero": 3.0,

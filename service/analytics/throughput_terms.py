@@ -19,6 +19,10 @@ parameters. Sources, cited again at each formula:
         per token, and the recomputation's extra forward pass (8N instead of 6N).
 - [PaLM] Chowdhery et al. 2022, arXiv 2204.02311, appendix B: model FLOPs per token 6N + 12·L·h·s
         (service/derive.flops_per_token, the one copy of that rule).
+- [RANKS] The rank order of the process groups: nanotron's ParallelContext lays the world out as
+        (ep, pp, dp, cp, tp), TP innermost and PP outermost (huggingface/nanotron
+        src/nanotron/parallel/context.py, `parallel_order`); Megatron-Core's default order
+        "tp-cp-ep-dp-pp" is the same for dense models. Consecutive ranks share a node.
 - NCCL's performance notes (NVIDIA/nccl-tests doc/PERFORMANCE.md): ring all-reduce moves
         2(n−1)/n of the buffer through each GPU's link ("bus bandwidth"); all-gather and
         reduce-scatter (n−1)/n. Recorded bandwidths (nanotron's bench "AllReduce (GB/s)") are
@@ -52,6 +56,8 @@ class Terms:
     tp_collectives: how many TP collectives the step launches (each pays a latency: Hockney's
         α–β model, Hockney 1994, "The communication challenge for MPP");
     dp_bytes, dp_bw: DP/ZeRO collective volume and bandwidth (recorded when the run carries it);
+        across nodes, the bandwidth is scaled by the DP group's share of each node's links
+        (dp_ranks_per_node() / gpus_per_node): a group with 2 ranks per node gets 2/8 of it;
     zero_gather_bytes: ZeRO-1/2's all-gather of the updated bf16 parameter shards after the
         optimizer step — apart from dp_bytes (the gradients' reduce-scatter), as it cannot overlap
         the backward pass as DDP's bucketed reduction does ([UP "ZeRO-1"]: "an all-gather after the
@@ -62,7 +68,10 @@ class Terms:
     pp_messages: point-to-point transfers on the 1F1B critical path, 2·(m + pp − 1) (one forward
         activation and one backward gradient per micro-batch through the pipeline's fill and
         drain: [NA21 §2.2], the same (m + p − 1) slots that give the bubble);
-    pp_inter: 1.0 when pipeline stages sit on other nodes (tp·cp·pp > gpus_per_node), else 0.0;
+    pp_inter: 1.0 when pipeline neighbours sit on other nodes, else 0.0: PP is the outermost
+        dimension of the rank order [RANKS], so some stage boundary crosses nodes as soon as the
+        world spans more than one node (a node holds consecutive stages only while dp·cp·tp is
+        below gpus_per_node, and the 1F1B critical path runs through every boundary);
     stage_imbalance: the slowest pipeline stage's FLOPs over the mean stage's, r ≥ 1 (1 without
         PP): stage_imbalance();
     act_elems, logit_elems: elements of the h-wide activations over all layers (tokens·L·h) and of
@@ -132,6 +141,30 @@ def stage_imbalance(model: _Model, pp: int, seq: int, framework: str | None) -> 
     stage = [n * per_layer for n in layers]
     stage[_lm_head_stage(model, pp, balanced=nanotron)] += 6.0 * model.vocab * model.h
     return max(stage) / (sum(stage) / pp)
+
+
+def dp_ranks_per_node(dp: int, tp: int, cp: int, gpus_per_node: int) -> int:
+    """How many ranks of one DP group share a node, under the rank order [RANKS] (TP, then CP,
+    then DP, consecutive ranks on one node): gpus_per_node / (tp·cp), at most dp, at least 1.
+
+    Why it matters: across nodes, NCCL's all-reduce first reduces inside each node over NVLink and
+    moves only 1/k of the buffer per GPU through the network, k the group's ranks on the node (its
+    ring and tree algorithms, NVIDIA NCCL User Guide, "Collective Operations" and the nccl-tests
+    PERFORMANCE.md bus-bandwidth notes; the Ultra-Scale Playbook's "Data Parallelism" on the DP
+    all-reduce leaving the node). A node's network links are shared by its gpus_per_node / k DP
+    groups, so a group's bus bandwidth across nodes is k GPUs' worth of network links: k × the
+    catalog's per-GPU network bandwidth, or k / gpus_per_node of a recorded all-reduce bandwidth.
+    The latter is measured on a fixed group with every GPU of each node in it: on the Ultra-Scale
+    sweep nanotron's bench "AllReduce (GB/s)" has the same median for TP 1 to 16 (160 GB/s on 4
+    nodes, 94-97 GB/s on 8), so it does not depend on the run's layout. Consequence: the network
+    time of the gradient all-reduce per GPU does not fall with TP (its buffer is 1/tp as large, its
+    share of the links 1/tp as large too). Without this factor TP 4 on 8 nodes was predicted 9 %
+    faster than it ran, and the fitted DP exposure a_dp was 2.0 instead of ~1 (bench/RESULTS.md,
+    issue 16).
+    """
+    if tp * cp >= gpus_per_node:
+        return 1
+    return max(1, min(dp, gpus_per_node // (tp * cp)))
 
 
 def world_layout(cfg: dict[str, Any]) -> tuple[int, int, int, int, int]:
@@ -220,8 +253,9 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
         dp_bytes = share * local * grad_bytes
     zero_gather = share * local * _BF16 if zero in (1, 2) else 0.0
     crosses = tp * cp * dp > gpn
-    if crosses:
-        dp_bw = (dp_bw_recorded or acc.network_gb_s) * 1e9
+    if crosses:  # the group's share of its nodes' network links (dp_ranks_per_node): k GPUs' worth
+        per_gpu = dp_bw_recorded / gpn if dp_bw_recorded else acc.network_gb_s
+        dp_bw = per_gpu * 1e9 * dp_ranks_per_node(dp, tp, cp, gpn)
         source = "recorded" if dp_bw_recorded else "catalog network"
     else:
         dp_bw = (intra_bw_recorded or acc.nvlink_gb_s) * 1e9
@@ -234,9 +268,10 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     cp_bw = intra if tp * cp <= gpn else acc.network_gb_s * 1e9
 
     # PP [NA21 §2.2]: each micro-batch's activations cross every stage boundary forward and
-    # their gradients backward (point-to-point); stages sit on other nodes once tp·cp·pp > gpn
+    # their gradients backward (point-to-point); PP is the outermost rank dimension [RANKS], so a
+    # boundary crosses nodes as soon as the world spans more than one node
     pp_bytes = 2 * act / tp * gas if pp > 1 else 0.0
-    pp_bw = intra if tp * cp * pp <= gpn else acc.network_gb_s * 1e9
+    pp_bw = intra if world <= gpn else acc.network_gb_s * 1e9
     # ... and each of those transfers is a blocking send/recv pair on the critical path of 1F1B:
     # 2·(m + p − 1) of them per step, each paying the link's latency (Hockney α–β)
     pp_messages = 2.0 * (gas + pp - 1) if pp > 1 else 0.0
@@ -246,7 +281,7 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
                  tp_collectives=tp_collectives, tp_inter=1.0 if tp > gpn else 0.0, dp_bytes=dp_bytes,
                  dp_bw=dp_bw, zero_gather_bytes=zero_gather, cp_bytes=cp_bytes, cp_bw=cp_bw,
                  pp_bytes=pp_bytes, pp_bw=pp_bw, pp_messages=pp_messages,
-                 pp_inter=1.0 if tp * cp * pp > gpn else 0.0,
+                 pp_inter=1.0 if pp > 1 and world > gpn else 0.0,
                  act_elems=tokens_per_gpu * model.layers * model.h,
                  logit_elems=tokens_per_gpu * model.vocab,
                  stage_imbalance=stage_imbalance(model, pp, int(seq), cfg.get("framework")),
