@@ -158,9 +158,10 @@ def dp_ranks_per_node(dp: int, tp: int, cp: int, gpus_per_node: int) -> int:
     sweep nanotron's bench "AllReduce (GB/s)" has the same median for TP 1 to 16 (160 GB/s on 4
     nodes, 94-97 GB/s on 8), so it does not depend on the run's layout. Consequence: the network
     time of the gradient all-reduce per GPU does not fall with TP (its buffer is 1/tp as large, its
-    share of the links 1/tp as large too). Without this factor TP 4 on 8 nodes was predicted 9 %
-    faster than it ran, and the fitted DP exposure a_dp was 2.0 instead of ~1 (bench/RESULTS.md,
-    issue 16).
+    share of the links 1/tp as large too). Without this factor the fit on the sweep costed the DP
+    all-reduce at twice its bus-bandwidth time (a_dp 2.0, now 1.2), TP 8 on 4–8 nodes ran 7–10 %
+    slower than predicted (now 5–6 %), and the leave-one-cell-out top-1 was within 5 % of the best
+    in 8 of 12 cells (now 11: bench/RESULTS.md, stop 15).
     """
     if tp * cp >= gpus_per_node:
         return 1
