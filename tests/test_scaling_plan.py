@@ -210,3 +210,22 @@ def test_scaling_and_plan_cli(live_api, data_dir):
     assert json.loads(result.stdout)["gpus"] == 379
     result = runner.invoke(app, args)
     assert result.exit_code == 0 and "379 GPUs" in result.stdout and "48 nodes" in result.stdout
+
+
+def test_plan_says_at_which_scale_its_mfu_was_predicted(nanotron_client):
+    """Planned at a node count where no layout hits the batch exactly (3 nodes: 24 GPUs do not divide
+    the sweep's 256 sequences), the MFU comes from the nearest count above that can be proposed, and
+    the answer says so — never a note that claims the planned scale was costed."""
+    params = {"model_params": "1.34B", "tokens": "100B", "days": 1.2, "gpu_type": "H100"}
+    body = nanotron_client.get("/api/v1/plan", params=params).json()
+    at, planned = body["mfu_run"]["nodes"], body["nodes"]
+    gap = body["mfu_run"]["unpredictable"]
+    assert planned == 3 and at > planned and gap["nodes"] == planned, body
+    empty = nanotron_client.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": planned,
+                                                             "gpu_type": "H100", "k": 1}).json()
+    assert empty["candidates"] == []
+    rec = nanotron_client.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": at,
+                                                           "gpu_type": "H100", "k": 1}).json()
+    assert body["mfu"] == pytest.approx(rec["candidates"][0]["predicted"]["mfu"])
+    note = next(n for n in body["notes"] if n.startswith("the MFU is predicted at"))
+    assert f"predicted at {at} nodes" in note and f"planned {planned}" in note and "global batch" in note

@@ -60,33 +60,63 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
     """The MFU to plan with: the throughput model's prediction for the best configuration at the
     planned scale (service/analytics/recommend.py). The node count and the MFU depend on each
     other, so this iterates from 8 nodes: MFU at n nodes → GPUs needed → n' nodes, until n' = n
-    (at most 4 rounds). Returns (mfu, {"nodes", "config", "gpu_type", "evidence_run_ids", "model"},
-    source text). Raises BadRequest when nothing can be predicted (no recorded runs to fit or
-    complete the target with)."""
+    (at most 6 rounds). When no configuration can be proposed at n nodes (none hits the target's
+    global batch exactly — e.g. 13 nodes and 768 sequences — or none fits), the MFU is predicted at
+    the smallest node count above n where one can (_counts_above: the next 8 and the next power of
+    two, up to 2·n); the iteration stops when the count asked for is that one's. Returns (mfu,
+    {"nodes", "config", "gpu_type", "precision", "global_batch_tokens", "seq_len",
+    "evidence_run_ids", "model", "unpredictable": {"nodes", "reason"} | None}, source text).
+    Raises BadRequest when nothing can be predicted (no recorded runs to fit or complete the target
+    with)."""
     from service.analytics import recommend as rec
 
-    nodes, found = 8, None
-    for _ in range(4):
+    def ask(n: int) -> dict[str, Any]:
         try:
-            answer = rec.recommend(session, rec.Target(model_params=n_params, nodes=nodes,
-                                                       gpus_per_node=gpus_per_node, gpu_type=gpu_type), k=1)
+            return rec.recommend(session, rec.Target(model_params=n_params, nodes=n, gpus_per_node=gpus_per_node,
+                                                     gpu_type=gpu_type), k=1)
         except BadRequest as exc:
             raise BadRequest(f"no MFU to plan with: {exc.message}; pass mfu (e.g. 0.35)",
                              [{"field": "mfu", "value": None, "message": "required: nothing to predict from"}]) from exc
+
+    def why_not(answer: dict[str, Any]) -> str:
+        c = answer["counts"]
+        if not c.get("layouts"):
+            return (f"no layout hits the {answer['target']['global_batch_tokens']:,}-token global batch "
+                    "exactly")
+        return "no layout is predicted to fit in memory"
+
+    nodes, found, unpredictable = 8, None, None
+    dead: set[int] = set()  # node counts at which no configuration can be proposed
+    for _ in range(6):
+        answer = ask(nodes)
         if not answer["candidates"]:
-            break
+            if answer["target"].get("global_batch_tokens") is None:
+                break  # nothing recorded to complete the target from: no other count will do better
+            unpredictable = {"nodes": nodes, "reason": why_not(answer)}
+            dead.add(nodes)
+            above = None
+            for n in _counts_above(nodes):
+                if (candidate := ask(n))["candidates"]:
+                    above = (n, candidate)
+                    break
+                dead.add(n)
+            if above is None:
+                break
+            nodes, answer = above
         found = (nodes, answer)
         mfu = answer["candidates"][0]["predicted"]["mfu"]
         # the MFU is a fraction of the peak of the precision it was predicted in
         peak = hardware.peak_tflops(answer["target"]["gpu_type"], answer["target"]["precision"]) or 0.0
         if not peak:
             break
-        need = math.ceil(
+        need = max(1, math.ceil(
             6.0 * n_params * n_tokens / (peak * 1e12 * mfu * days * SECONDS_PER_DAY) / gpus_per_node - 1e-9
-        )
-        if max(1, need) == nodes:
+        ))
+        # converged: predicted at the count it asks for, or at the smallest count at or above it where
+        # a configuration can be proposed
+        if need == nodes or (need < nodes and all(n in dead for n in range(need, nodes))):
             break
-        nodes = max(1, need)
+        nodes = need
     if found is None:
         raise BadRequest("the throughput model cannot predict an MFU for this target (no recorded runs to fit "
                          "it on, or no configuration fits): pass mfu (e.g. 0.35)",
@@ -96,8 +126,10 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
     cfg = top["config"]
     label = f"dp{cfg['dp']} tp{cfg['tp']} pp{cfg['pp']} zero{cfg['zero_stage']} mbs{cfg['micro_batch_size']}"
     run = {"nodes": at, "gpu_type": answer["target"]["gpu_type"], "precision": answer["target"]["precision"],
+           "global_batch_tokens": answer["target"]["global_batch_tokens"], "seq_len": answer["target"]["seq_len"],
            "config": cfg,
-           "evidence_run_ids": [e["run_id"] for e in top["evidence"]], "model": answer["model"]}
+           "evidence_run_ids": [e["run_id"] for e in top["evidence"]], "model": answer["model"],
+           "unpredictable": unpredictable}
     source = (f"throughput model's prediction for {at} node{'s' if at != 1 else ''} × {gpus_per_node} "
               f"{answer['target']['gpu_type']}, best config {label} ({answer['model']['status']} on "
               f"{answer['model']['n_runs']} runs)")
@@ -189,9 +221,32 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         result["efficiency"] = _efficiency(session, None, size_class, canonical_gpu, nodes, gpus_exact,
                                            gpus_per_node, notes)
     else:
-        notes.append(f"the MFU is predicted at {mfu_run['nodes']} nodes: the model's communication terms "
-                     "already carry the loss of efficiency at that scale")
+        notes.append(_scale_note(mfu_run, nodes))
     return result
+
+
+def _counts_above(nodes: int, tries: int = 8) -> list[int]:
+    """The node counts tried above `nodes` when no configuration can be proposed there: the next
+    `tries` counts and the next power of two (which the usual power-of-two batches divide), up to 2·nodes."""
+    pow2 = 1 << nodes.bit_length()
+    return sorted({*range(nodes + 1, min(2 * nodes, nodes + tries) + 1), min(pow2, 2 * nodes)})
+
+
+def _scale_note(mfu_run: dict[str, Any], nodes: int) -> str:
+    """What the planned node count's MFU rests on: a prediction at that very scale, above it (safe
+    side), or below it (the larger scale's communication not in it)."""
+    at, gap = mfu_run["nodes"], mfu_run.get("unpredictable")
+    batch = (f" for a {mfu_run['global_batch_tokens']:,}-token global batch of {mfu_run['seq_len']:,}-token "
+             "sequences (the nearest recorded configuration's: a plan takes no batch)")
+    if at == nodes:
+        return (f"the MFU is predicted at the planned {nodes} nodes{batch}: the model's communication terms "
+                "carry the loss of efficiency at that scale")
+    why = f" ({gap['nodes']} nodes: {gap['reason']})" if gap else ""
+    if at > nodes:
+        return (f"the MFU is predicted at {at} nodes{batch}, the nearest scale above the planned {nodes} where "
+                f"a configuration can be proposed{why}; the DP all-reduce costs a little less at {nodes}")
+    return (f"the MFU is predicted at {at} nodes{batch}, not at the planned {nodes}{why}: the communication cost of "
+            f"{nodes} nodes is not in it, so the plan may need more GPUs than it says")
 
 
 def _efficiency(session: Session, mfu_run: dict | None, size_class: float, gpu: str | None, nodes: int,
