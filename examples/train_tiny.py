@@ -23,6 +23,7 @@ record and the push status there, even when training fails (the sweep reads it).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -174,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
             # exception", when the group went while the other rank's reducer still held it)
             if sys.exc_info()[0] is None:
                 dist.barrier()
-            del ddp
+            # the reducer (and any gloo work it still holds) freed now, not at interpreter shutdown,
+            # where a gloo worker thread dropping a tensor aborts the process (pytorch/pytorch#179291)
+            del ddp, opt
+            gc.collect()
             dist.destroy_process_group()
     if rank == 0:
         r = rec.record or {}
