@@ -107,14 +107,22 @@ def test_the_memory_model_keeps_the_lm_head_on_its_stage():
     assert head > one_layer_stage and empty < one_layer_stage
 
 
-def test_dp_ranks_per_node_follows_the_rank_order():
-    """TP (then CP) innermost, DP next, PP outermost [nanotron ParallelContext, Megatron-Core]."""
-    assert tt.dp_ranks_per_node(dp=64, tp=1, cp=1, gpus_per_node=8) == 8
-    assert tt.dp_ranks_per_node(dp=16, tp=4, cp=1, gpus_per_node=8) == 2
-    assert tt.dp_ranks_per_node(dp=8, tp=2, cp=2, gpus_per_node=8) == 2
-    assert tt.dp_ranks_per_node(dp=8, tp=8, cp=1, gpus_per_node=8) == 1
-    assert tt.dp_ranks_per_node(dp=2, tp=16, cp=1, gpus_per_node=8) == 1   # TP spans nodes
-    assert tt.dp_ranks_per_node(dp=2, tp=1, cp=1, gpus_per_node=8) == 2    # the group is smaller than a node
+def _ranks_per_node_by_layout(dp: int, tp: int, cp: int, pp: int, gpn: int) -> int:
+    """The fewest ranks any DP×CP group has on a node, laid out as nanotron does: world ranks reshaped
+    to (pp, dp, cp, tp), consecutive ranks on one node."""
+    import numpy as np
+
+    ranks = np.arange(pp * dp * cp * tp).reshape(pp, dp, cp, tp)
+    groups = ranks.transpose(0, 3, 1, 2).reshape(pp * tp, dp * cp)  # per (pp, tp) rank: its dp×cp group
+    return min(min(np.unique(g // gpn, return_counts=True)[1]) for g in groups)
+
+
+@pytest.mark.parametrize("dp,tp,cp,pp", [(64, 1, 1, 1), (16, 4, 1, 1), (8, 2, 2, 2), (4, 2, 4, 1), (8, 8, 1, 1),
+                                         (2, 16, 1, 1), (2, 1, 1, 4), (16, 1, 2, 2), (4, 4, 2, 2)])
+def test_dp_ranks_per_node_follows_the_rank_order(dp: int, tp: int, cp: int, pp: int):
+    """TP innermost, then CP, DP, PP outermost [nanotron ParallelContext, Megatron-Core]: the gradient
+    group (DP × CP) has gpus_per_node / tp ranks per node, at most dp·cp."""
+    assert tt.dp_ranks_per_node(dp=dp, tp=tp, cp=cp, gpus_per_node=8) == _ranks_per_node_by_layout(dp, tp, cp, pp, 8)
 
 
 @pytest.mark.parametrize("recorded", [None, 96.0])

@@ -56,8 +56,9 @@ class Terms:
     tp_collectives: how many TP collectives the step launches (each pays a latency: Hockney's
         α–β model, Hockney 1994, "The communication challenge for MPP");
     dp_bytes, dp_bw: DP/ZeRO collective volume and bandwidth (recorded when the run carries it);
-        across nodes, the bandwidth is scaled by the DP group's share of each node's links
-        (dp_ranks_per_node() / gpus_per_node): a group with 2 ranks per node gets 2/8 of it;
+        across nodes, the group's share of each node's links (dp_ranks_per_node() = k): k /
+        gpus_per_node of a recorded full-node bandwidth (a group with 2 ranks per node gets 2/8 of
+        it), or k × the catalog's per-GPU link at CATALOG_NETWORK_EFFICIENCY;
     zero_gather_bytes: ZeRO-1/2's all-gather of the updated bf16 parameter shards after the
         optimizer step — apart from dp_bytes (the gradients' reduce-scatter), as it cannot overlap
         the backward pass as DDP's bucketed reduction does ([UP "ZeRO-1"]: "an all-gather after the
@@ -71,7 +72,9 @@ class Terms:
     pp_inter: 1.0 when pipeline neighbours sit on other nodes, else 0.0: PP is the outermost
         dimension of the rank order [RANKS], so some stage boundary crosses nodes as soon as the
         world spans more than one node (a node holds consecutive stages only while dp·cp·tp is
-        below gpus_per_node, and the 1F1B critical path runs through every boundary);
+        below gpus_per_node, and the 1F1B critical path runs through every boundary). An
+        approximation: every message and all of pp_bytes are then charged to the network, also
+        when only some of the p − 1 boundaries cross (2 nodes, dp4 pp4: 1 of 3);
     stage_imbalance: the slowest pipeline stage's FLOPs over the mean stage's, r ≥ 1 (1 without
         PP): stage_imbalance();
     act_elems, logit_elems: elements of the h-wide activations over all layers (tokens·L·h) and of
@@ -143,29 +146,45 @@ def stage_imbalance(model: _Model, pp: int, seq: int, framework: str | None) -> 
     return max(stage) / (sum(stage) / pp)
 
 
-def dp_ranks_per_node(dp: int, tp: int, cp: int, gpus_per_node: int) -> int:
-    """How many ranks of one DP group share a node, under the rank order [RANKS] (TP, then CP,
-    then DP, consecutive ranks on one node): gpus_per_node / (tp·cp), at most dp, at least 1.
+#: achieved fraction of the catalog's per-GPU network line rate for the DP all-reduce, used only when no
+#: run of the GPU type recorded its all-reduce bandwidth (the catalog path of dp_bw): the Ultra-Scale
+#: sweep's recorded full-node all-reduce bandwidth per GPU over the 400 Gb/s (50 GB/s) NIC line rate at its
+#: largest scale, 8 nodes: 96 GB/s / 8 / 50 GB/s ≈ 0.24 (0.40 at 4 nodes, 0.82 at 2: the recorded figure
+#: halves with each doubling of nodes, so the 8-node value errs on the side of a costlier DP). It keeps the
+#: PRIOR, which was fitted on recorded bandwidths, on the same scale when it is used with the catalog's.
+CATALOG_NETWORK_EFFICIENCY = 0.24
 
-    Why it matters: across nodes, NCCL's all-reduce first reduces inside each node over NVLink and
-    moves only 1/k of the buffer per GPU through the network, k the group's ranks on the node (its
-    ring and tree algorithms, NVIDIA NCCL User Guide, "Collective Operations" and the nccl-tests
-    PERFORMANCE.md bus-bandwidth notes; the Ultra-Scale Playbook's "Data Parallelism" on the DP
-    all-reduce leaving the node). A node's network links are shared by its gpus_per_node / k DP
-    groups, so a group's bus bandwidth across nodes is k GPUs' worth of network links: k × the
-    catalog's per-GPU network bandwidth, or k / gpus_per_node of a recorded all-reduce bandwidth.
-    The latter is measured on a fixed group with every GPU of each node in it: on the Ultra-Scale
-    sweep nanotron's bench "AllReduce (GB/s)" has the same median for TP 1 to 16 (160 GB/s on 4
-    nodes, 94-97 GB/s on 8), so it does not depend on the run's layout. Consequence: the network
-    time of the gradient all-reduce per GPU does not fall with TP (its buffer is 1/tp as large, its
-    share of the links 1/tp as large too). Without this factor the fit on the sweep costed the DP
-    all-reduce at twice its bus-bandwidth time (a_dp 2.0, now 1.2), TP 8 on 4–8 nodes ran 7–10 %
-    slower than predicted (now 5–6 %), and the leave-one-cell-out top-1 was within 5 % of the best
-    in 8 of 12 cells (now 11: bench/RESULTS.md, stop 15).
+
+def dp_ranks_per_node(dp: int, tp: int, cp: int, gpus_per_node: int) -> int:
+    """How many ranks of one gradient-reduction group share a node: the group is DP × CP (ZeRO and the
+    gradient all-reduce run over dp·cp ranks; nanotron's `dp_cp_pg`), and under the rank order [RANKS]
+    (TP innermost, then CP, then DP, PP outermost; consecutive ranks on one node) it has
+    gpus_per_node / tp ranks on each node — at most dp·cp, at least 1 (TP filling or spanning the
+    node). Assumes dp·cp·tp divides, or is a multiple of, gpus_per_node (power-of-two layouts); a
+    pipeline stage that straddles a node boundary is not modelled.
+
+    Why it matters: a DP group's all-reduce across nodes moves about twice its buffer through the
+    network per node whatever k is — NCCL's ring crosses each node boundary once per channel, its
+    tree reduces inside the node first — and spreads it over the links of the group's k GPUs on
+    the node (one NIC per GPU, as service/hardware.LINKS assumes: a rail-optimised node). So the
+    group's bus bandwidth across nodes is k GPUs' worth of links: k × the catalog's per-GPU
+    network bandwidth (at CATALOG_NETWORK_EFFICIENCY), or k / gpus_per_node of a recorded
+    full-node all-reduce bandwidth (NVIDIA nccl-tests doc/PERFORMANCE.md, bus bandwidth; public
+    two-node H100 nccl-tests runs measure bus bandwidths of ~49 / 135 / 312 GB/s with 2 / 4 / 8
+    GPUs per node; the Ultra-Scale Playbook's "Data Parallelism" on the all-reduce leaving the node).
+    The recorded figure is taken as that of a fixed full-node group — an assumption: on the sweep
+    nanotron's bench "AllReduce (GB/s)" has the same median for TP 1 to 16 at 4 and 8 nodes (160
+    and 94–97 GB/s), but varies by ~30 % with TP at 2 nodes (327–429), and it halves with each
+    doubling of nodes, which a pure bus bandwidth would not. Consequence: the network time of the
+    gradient reduction per GPU does not fall with TP (its buffer is 1/tp as large, and so is its
+    share of the links). Without this factor the fit on the sweep costed the DP all-reduce at twice
+    its bus-bandwidth time (a_dp 2.0, now 1.2), TP 8 on 4–8 nodes ran 7–10 % slower than predicted
+    (now 5–6 %), and the leave-one-cell-out top-1 was within 5 % of the best in 8 of 12 cells (now
+    11: bench/RESULTS.md, stop 15).
     """
-    if tp * cp >= gpus_per_node:
+    if tp >= gpus_per_node:
         return 1
-    return max(1, min(dp, gpus_per_node // (tp * cp)))
+    return max(1, min(dp * cp, gpus_per_node // tp))
 
 
 def world_layout(cfg: dict[str, Any]) -> tuple[int, int, int, int, int]:
@@ -255,7 +274,7 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     zero_gather = share * local * _BF16 if zero in (1, 2) else 0.0
     crosses = tp * cp * dp > gpn
     if crosses:  # the group's share of its nodes' network links (dp_ranks_per_node): k GPUs' worth
-        per_gpu = dp_bw_recorded / gpn if dp_bw_recorded else acc.network_gb_s
+        per_gpu = dp_bw_recorded / gpn if dp_bw_recorded else acc.network_gb_s * CATALOG_NETWORK_EFFICIENCY
         dp_bw = per_gpu * 1e9 * dp_ranks_per_node(dp, tp, cp, gpn)
         source = "recorded" if dp_bw_recorded else "catalog network"
     else:
