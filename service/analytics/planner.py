@@ -62,8 +62,9 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
     other, so this iterates from 8 nodes: MFU at n nodes → GPUs needed → n' nodes, until n' = n
     (at most 6 rounds). When no configuration can be proposed at n nodes (none hits the target's
     global batch exactly — e.g. 13 nodes and 768 sequences — or none fits), the MFU is predicted at
-    the smallest node count above n where one can (_counts_above: the next 8 and the next power of
-    two, up to 2·n); the iteration stops when the count asked for is that one's. Returns (mfu,
+    the first count above n where one can, of the next 8 and the next power of two (_counts_above,
+    up to 2·n); the iteration stops when the count asked for resolves to the count it was predicted
+    at. Each count is looked up once. Returns (mfu,
     {"nodes", "config", "gpu_type", "precision", "global_batch_tokens", "seq_len",
     "evidence_run_ids", "model", "unpredictable": {"nodes", "reason"} | None}, source text).
     Raises BadRequest when nothing can be predicted (no recorded runs to fit or complete the target
@@ -85,25 +86,32 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
                     "exactly")
         return "no layout is predicted to fit in memory"
 
-    nodes, found, unpredictable = 8, None, None
-    dead: set[int] = set()  # node counts at which no configuration can be proposed
+    # node count asked for → (the count the MFU is predicted at, its answer, why the asked one could not
+    # be: None when it could) or None (nothing can be proposed there nor above); one lookup per count
+    memo: dict[int, tuple[int, dict[str, Any], dict[str, Any] | None] | None] = {}
+
+    def resolve(n: int) -> tuple[int, dict[str, Any], dict[str, Any] | None] | None:
+        if n not in memo:
+            answer = ask(n)
+            if answer["candidates"]:
+                memo[n] = (n, answer, None)
+            elif answer["target"].get("global_batch_tokens") is None:
+                memo[n] = None  # nothing recorded to complete the target from: no other count does better
+            else:
+                gap = {"nodes": n, "reason": why_not(answer)}
+                memo[n] = None
+                for m in _counts_above(n):
+                    if (above := ask(m))["candidates"]:
+                        memo[n] = (m, above, gap)
+                        break
+        return memo[n]
+
+    nodes, found = 8, None
     for _ in range(6):
-        answer = ask(nodes)
-        if not answer["candidates"]:
-            if answer["target"].get("global_batch_tokens") is None:
-                break  # nothing recorded to complete the target from: no other count will do better
-            unpredictable = {"nodes": nodes, "reason": why_not(answer)}
-            dead.add(nodes)
-            above = None
-            for n in _counts_above(nodes):
-                if (candidate := ask(n))["candidates"]:
-                    above = (n, candidate)
-                    break
-                dead.add(n)
-            if above is None:
-                break
-            nodes, answer = above
-        found = (nodes, answer)
+        if (res := resolve(nodes)) is None:
+            break
+        found = res
+        at, answer, _gap = res
         mfu = answer["candidates"][0]["predicted"]["mfu"]
         # the MFU is a fraction of the peak of the precision it was predicted in
         peak = hardware.peak_tflops(answer["target"]["gpu_type"], answer["target"]["precision"]) or 0.0
@@ -112,16 +120,20 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
         need = max(1, math.ceil(
             6.0 * n_params * n_tokens / (peak * 1e12 * mfu * days * SECONDS_PER_DAY) / gpus_per_node - 1e-9
         ))
-        # converged: predicted at the count it asks for, or at the smallest count at or above it where
-        # a configuration can be proposed
-        if need == nodes or (need < nodes and all(n in dead for n in range(need, nodes))):
+        # converged: the count it asks for is predicted at this very count (it, or the nearest above it
+        # where a configuration can be proposed)
+        nxt = resolve(need)
+        if nxt is None:
+            break
+        if nxt[0] == at:
+            found = nxt  # the same prediction, with why the count asked for could not be proposed
             break
         nodes = need
     if found is None:
         raise BadRequest("the throughput model cannot predict an MFU for this target (no recorded runs to fit "
                          "it on, or no configuration fits): pass mfu (e.g. 0.35)",
                          [{"field": "mfu", "value": None, "message": "required: nothing to predict from"}])
-    at, answer = found
+    at, answer, unpredictable = found
     top = answer["candidates"][0]
     cfg = top["config"]
     label = f"dp{cfg['dp']} tp{cfg['tp']} pp{cfg['pp']} zero{cfg['zero_stage']} mbs{cfg['micro_batch_size']}"
