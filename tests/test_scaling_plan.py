@@ -175,8 +175,12 @@ def test_plan_takes_mfu_from_the_models_prediction(nanotron_client):
     assert body["mfu"] == pytest.approx(rec["candidates"][0]["predicted"]["mfu"])
     assert body["mfu_source"].startswith("throughput model's prediction")
     assert body["peak_tflops"] == 989 and body["peak_source"].startswith("catalog: H100-SXM-80GB")
-    exact = 6 * 1.34e9 * 100e9 / (H100_BF16_PEAK * body["mfu"] * 7 * 86400)
+    # the GPUs that deliver the predicted tokens/s/GPU: the MFU counts 6N + 12·L·h·s FLOPs per token
+    tps = rec["candidates"][0]["predicted"]["tokens_per_sec_per_gpu"]
+    exact = 100e9 / (tps * 7 * 86400)
+    assert body["gpus_exact"] == pytest.approx(exact)
     assert body["gpus"] == math.ceil(exact) and body["nodes"] == math.ceil(math.ceil(exact) / 8)
+    assert body["total_flops"] > 6 * 1.34e9 * 100e9  # attention FLOPs counted, as in the MFU
     assert body["mfu_run"]["evidence_run_ids"]
     # asked in fp8: the MFU is predicted in bf16 (the runs' precision), so the peak stays bf16's
     # (an MFU predicted in bf16 times the fp8 peak would plan half the GPUs)
@@ -216,7 +220,7 @@ def test_plan_says_at_which_scale_its_mfu_was_predicted(nanotron_client):
     """Planned at a node count where no layout hits the batch exactly (3 nodes: 24 GPUs do not divide
     the sweep's 256 sequences), the MFU comes from the nearest count above that can be proposed, and
     the answer says so — never a note that claims the planned scale was costed."""
-    params = {"model_params": "1.34B", "tokens": "100B", "days": 1.2, "gpu_type": "H100"}
+    params = {"model_params": "1.34B", "tokens": "100B", "days": 1.5, "gpu_type": "H100"}
     body = nanotron_client.get("/api/v1/plan", params=params).json()
     at, planned = body["mfu_run"]["nodes"], body["nodes"]
     gap = body["mfu_run"]["unpredictable"]

@@ -112,14 +112,13 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
             break
         found = res
         at, answer, _gap = res
-        mfu = answer["candidates"][0]["predicted"]["mfu"]
-        # the MFU is a fraction of the peak of the precision it was predicted in
+        # the MFU is a fraction of the peak of the precision it was predicted in (needed below to plan with it)
         peak = hardware.peak_tflops(answer["target"]["gpu_type"], answer["target"]["precision"]) or 0.0
         if not peak:
             break
-        need = max(1, math.ceil(
-            6.0 * n_params * n_tokens / (peak * 1e12 * mfu * days * SECONDS_PER_DAY) / gpus_per_node - 1e-9
-        ))
+        # GPUs from the predicted tokens/s/GPU (the MFU counts 6N + 12·L·h·s FLOPs per token, not 6N)
+        tps = answer["candidates"][0]["predicted"]["tokens_per_sec_per_gpu"]
+        need = max(1, math.ceil(n_tokens / (tps * days * SECONDS_PER_DAY) / gpus_per_node - 1e-9))
         # converged: the count it asks for is predicted at this very count (it, or the nearest above it
         # where a configuration can be proposed)
         nxt = resolve(need)
@@ -137,7 +136,13 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
     top = answer["candidates"][0]
     cfg = top["config"]
     label = f"dp{cfg['dp']} tp{cfg['tp']} pp{cfg['pp']} zero{cfg['zero_stage']} mbs{cfg['micro_batch_size']}"
+    pred = top["predicted"]
+    peak_at = hardware.peak_tflops(answer["target"]["gpu_type"], answer["target"]["precision"]) or 0.0
     run = {"nodes": at, "gpu_type": answer["target"]["gpu_type"], "precision": answer["target"]["precision"],
+           "tokens_per_sec_per_gpu": pred["tokens_per_sec_per_gpu"],
+           # the model FLOPs per token behind the predicted MFU (6N + 12·L·h·s [PaLM appendix B])
+           "flops_per_token": pred["mfu"] * peak_at * 1e12 / pred["tokens_per_sec_per_gpu"],
+           "fit_reason": answer["model"].get("reason"),
            "global_batch_tokens": answer["target"]["global_batch_tokens"], "seq_len": answer["target"]["seq_len"],
            "config": cfg,
            "evidence_run_ids": [e["run_id"] for e in top["evidence"]], "model": answer["model"],
@@ -214,7 +219,11 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         peak_source = f"catalog: {acc.name} {hardware.canonical_precision(precision)} dense ({acc.source})"
 
     seconds = days * SECONDS_PER_DAY
-    total_flops = 6.0 * n_params * n_tokens
+    # the FLOPs the MFU is a fraction of: 6·N per token for a given MFU (Kaplan et al. 2020, C ≈ 6·N·D);
+    # the model FLOPs its prediction counts, 6N + 12·L·h·s per token, for a predicted one — so that the
+    # GPUs are those that deliver the predicted tokens/s/GPU
+    fpt = mfu_run["flops_per_token"] if mfu_run and mfu_run.get("flops_per_token") else 6.0 * n_params
+    total_flops = fpt * n_tokens
     gpus_exact = total_flops / (peak_tflops * 1e12 * mfu * seconds)
     gpus = max(1, math.ceil(gpus_exact - 1e-9))
     nodes = math.ceil(gpus / gpus_per_node)
@@ -225,7 +234,8 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         "peak_tflops": peak_tflops, "peak_source": peak_source,
         "total_flops": total_flops, "gpus_exact": gpus_exact, "gpus": gpus, "nodes": nodes,
         "gpu_hours": gpus * 24.0 * days, "gpu_hours_compute": total_flops / (peak_tflops * 1e12 * mfu) / 3600.0,
-        "formula": "GPUs = 6·N·tokens / (peak · MFU · time)",
+        "formula": ("GPUs = 6·N·tokens / (peak · MFU · time)" if mfu_run is None else
+                    "GPUs = (6N + 12·L·h·s)·tokens / (peak · MFU · time) = tokens / (predicted tokens/s/GPU · time)"),
         "efficiency": None, "notes": notes,
     }
     if mfu_run is None:
@@ -234,6 +244,8 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
                                            gpus_per_node, notes)
     else:
         notes.append(_scale_note(mfu_run, nodes))
+        if mfu_run.get("fit_reason"):
+            notes.append(f"throughput model: {mfu_run['fit_reason']}")
     return result
 
 
