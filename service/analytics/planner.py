@@ -9,7 +9,9 @@ With the SmolLM3 inputs (3B parameters, 11T tokens, 28 days, 720 TFLOP/s, 30 % M
 6·3e9·11e12 / (720e12·0.30·28·86400) = 378.9 → 379 GPUs.
 
 - MFU: `mfu` when given; else the throughput model's prediction for the best configuration at
-  the planned scale (model_mfu; service/analytics/throughput.py) — never a neighbour's measured
+  the planned scale (model_mfu; service/analytics/throughput.py), planned with the FLOPs that MFU
+  counts, 6N + 12·L·h·s per token [PaLM appendix B] instead of 6N — i.e. GPUs = tokens /
+  (predicted tokens/s/GPU · seconds) — never a neighbour's measured
   MFU, and never a run without a known precision (those are not fitted on).
 - Peak: `peak_tflops` when given; else the hardware catalog's dense peak for gpu_type
   (service/hardware.py, bf16 by default) — gpu_type defaults to the MFU run's when not given.
