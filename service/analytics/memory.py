@@ -210,25 +210,23 @@ def _resolve_model(run: dict, notes: list[str]) -> _Model:
     return model
 
 
-def _stage_layers(model: _Model, pp: int, balanced: bool) -> list[int]:
-    """Decoder layers per pipeline stage.
+def _stage_split(model: _Model, pp: int, balanced: bool) -> tuple[list[int], int]:
+    """(decoder layers per pipeline stage, the 0-based stage that holds the lm_head).
 
     balanced (nanotron build_model [NT]): blocks are walked in order, the lm_head counts V·h
     against a layer's 4·a·d·h + 3·ffn·h, and a stage is closed once the cumulative cost reaches
     its share cost·(r+1)/pp — which reproduces the sweep's "Local Params" (10/5/3 first-stage layers
-    for pp 2/4/8 on the 1.34B model). Otherwise Megatron-style uniform split.
+    for pp 2/4/8 on the 1.34B model). The lm_head lands on the stage the walk has reached after the
+    last decoder layer — not the last one when the split leaves trailing stages without layers (a
+    small model over many stages: 1.34B over 8 stages splits its 16 layers 3/2/3/2/3/2/1/0 and the
+    head is on stage 6; only the fp32 cast and the loss move on). Otherwise Megatron-style uniform
+    split, the head on the last stage.
     """
     if pp == 1:
-        return [model.layers]
+        return [model.layers], 0
     if not balanced:
         base, extra_layers = divmod(model.layers, pp)
-        return [base + (1 if r < extra_layers else 0) for r in range(pp)]
-    return _nanotron_walk(model, pp)[0]
-
-
-def _nanotron_walk(model: _Model, pp: int) -> tuple[list[int], int]:
-    """nanotron build_model's walk over the blocks [NT] (see _stage_layers): (decoder layers per
-    stage, the stage the walk has reached after the last layer — where the lm_head lands)."""
+        return [base + (1 if r < extra_layers else 0) for r in range(pp)], pp - 1
     c = 4 * model.heads * model.head_dim * model.h + 3 * model.ffn * model.h
     total = model.layers * c + model.vocab * model.h
     counts, rank, cum = [0] * pp, 0, 0
@@ -238,20 +236,6 @@ def _nanotron_walk(model: _Model, pp: int) -> tuple[list[int], int]:
         if rank < pp - 1 and cum >= total * (rank + 1) / pp:
             rank += 1
     return counts, rank
-
-
-def _lm_head_stage(model: _Model, pp: int, balanced: bool) -> int:
-    """The pipeline stage that holds the lm_head (0-based).
-
-    balanced (nanotron build_model [NT]): the walk of _stage_layers goes on past the last decoder
-    layer, and the lm_head lands on the stage the walk has reached — which is not the last one when
-    the split leaves trailing stages without layers (a small model over many stages: 1.34B over 8
-    stages splits its 16 layers 3/2/3/2/3/2/1/0 and the head is on stage 6; only the fp32 cast and
-    the loss move on). Otherwise (Megatron) the last stage.
-    """
-    if pp == 1 or not balanced:
-        return pp - 1
-    return _nanotron_walk(model, pp)[1]
 
 
 def _activation_bytes_per_token(model: _Model, seq: int, tp: int, sp: bool, recompute: str,
@@ -371,9 +355,8 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
         notes.append("ZeRO-3 with PP: unsharded bf16 params and grads kept across micro-batches")
 
     # --- per pipeline stage ------------------------------------------------------------------
-    layer_split = _stage_layers(model, pp, balanced=nanotron)
     # the lm_head's stage (its fp32 cast and the loss run on the last one: the logits are counted there)
-    head_stage = _lm_head_stage(model, pp, balanced=nanotron)
+    layer_split, head_stage = _stage_split(model, pp, balanced=nanotron)
     kept, full_layer = _activation_bytes_per_token(model, seq, tp, sp, recompute, flash,
                                                    op_sac="torchtitan" in framework)
     tokens_mb = mbs * seq / cp            # tokens of one micro-batch on one GPU (CP splits s)

@@ -114,10 +114,6 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
             break
         found = res
         at, answer, _gap = res
-        # the MFU is a fraction of the peak of the precision it was predicted in (needed below to plan with it)
-        peak = hardware.peak_tflops(answer["target"]["gpu_type"], answer["target"]["precision"]) or 0.0
-        if not peak:
-            break
         # GPUs from the predicted tokens/s/GPU (the MFU counts 6N + 12·L·h·s FLOPs per token, not 6N)
         tps = answer["candidates"][0]["predicted"]["tokens_per_sec_per_gpu"]
         need = max(1, math.ceil(n_tokens / (tps * days * SECONDS_PER_DAY) / gpus_per_node - 1e-9))
@@ -139,11 +135,13 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
     cfg = top["config"]
     label = f"dp{cfg['dp']} tp{cfg['tp']} pp{cfg['pp']} zero{cfg['zero_stage']} mbs{cfg['micro_batch_size']}"
     pred = top["predicted"]
-    peak_at = hardware.peak_tflops(answer["target"]["gpu_type"], answer["target"]["precision"]) or 0.0
+    # the MFU is a fraction of the peak of the precision it was predicted in (a candidate is only ever
+    # costed against a catalog peak: throughput_terms.terms refuses one without)
+    peak = hardware.peak_tflops(answer["target"]["gpu_type"], answer["target"]["precision"]) or 0.0
     run = {"nodes": at, "gpu_type": answer["target"]["gpu_type"], "precision": answer["target"]["precision"],
            "tokens_per_sec_per_gpu": pred["tokens_per_sec_per_gpu"],
            # the model FLOPs per token behind the predicted MFU (6N + 12·L·h·s [PaLM appendix B])
-           "flops_per_token": pred["mfu"] * peak_at * 1e12 / pred["tokens_per_sec_per_gpu"],
+           "flops_per_token": pred["mfu"] * peak * 1e12 / pred["tokens_per_sec_per_gpu"],
            "fit_reason": answer["model"].get("reason"),
            "global_batch_tokens": answer["target"]["global_batch_tokens"], "seq_len": answer["target"]["seq_len"],
            "config": cfg,

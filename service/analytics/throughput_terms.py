@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service import hardware
-from service.analytics.memory import _lm_head_stage, _Model, _resolve_model, _stage_layers
+from service.analytics.memory import _Model, _resolve_model, _stage_split
 from service.derive import flops_per_token
 
 _BF16 = 2
@@ -125,10 +125,10 @@ def model_dims(cfg: dict[str, Any]) -> _Model:
 def stage_imbalance(model: _Model, pp: int, seq: int, framework: str | None) -> float:
     """r = FLOPs of the slowest pipeline stage / mean stage FLOPs (1.0 without PP).
 
-    The stages are split as the framework splits them (service/analytics/memory._stage_layers, the
+    The stages are split as the framework splits them (service/analytics/memory._stage_split, the
     one copy of that rule: nanotron's build_model balances its own cost estimate, 4·a·d·h + 3·ffn·h
     per layer against V·h for the lm_head; otherwise Megatron's uniform split of the layers); the
-    lm_head runs on the stage the split puts it on (memory._lm_head_stage: nanotron's walk can leave
+    lm_head runs on the stage the split puts it on (memory._stage_split: nanotron's walk can leave
     trailing stages without layers, the head then sits before them; Megatron's last stage). Each
     stage's true FLOPs per token, forward and backward, are 6·(layer params) + 12·h·s per layer
     [PaLM appendix B] and 6·V·h for the lm_head. In 1F1B the
@@ -139,10 +139,10 @@ def stage_imbalance(model: _Model, pp: int, seq: int, framework: str | None) -> 
     if pp <= 1:
         return 1.0
     nanotron = "nanotron" in str(framework or "").lower() or not framework
-    layers = _stage_layers(model, pp, balanced=nanotron)
+    layers, head = _stage_split(model, pp, balanced=nanotron)
     per_layer = 6.0 * model.layer_params() + 12.0 * model.h * seq
     stage = [n * per_layer for n in layers]
-    stage[_lm_head_stage(model, pp, balanced=nanotron)] += 6.0 * model.vocab * model.h
+    stage[head] += 6.0 * model.vocab * model.h
     return max(stage) / (sum(stage) / pp)
 
 
@@ -290,8 +290,9 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     # PP [NA21 §2.2]: each micro-batch's activations cross every stage boundary forward and
     # their gradients backward (point-to-point); PP is the outermost rank dimension [RANKS], so a
     # boundary crosses nodes as soon as the world spans more than one node
+    pp_inter = pp > 1 and world > gpn
     pp_bytes = 2 * act / tp * gas if pp > 1 else 0.0
-    pp_bw = intra if world <= gpn else acc.network_gb_s * 1e9
+    pp_bw = acc.network_gb_s * 1e9 if pp_inter else intra
     # ... and each of those transfers is a blocking send/recv pair on the critical path of 1F1B:
     # 2·(m + p − 1) of them per step, each paying the link's latency (Hockney α–β)
     pp_messages = 2.0 * (gas + pp - 1) if pp > 1 else 0.0
@@ -301,7 +302,7 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
                  tp_collectives=tp_collectives, tp_inter=1.0 if tp > gpn else 0.0, dp_bytes=dp_bytes,
                  dp_bw=dp_bw, zero_gather_bytes=zero_gather, cp_bytes=cp_bytes, cp_bw=cp_bw,
                  pp_bytes=pp_bytes, pp_bw=pp_bw, pp_messages=pp_messages,
-                 pp_inter=1.0 if pp > 1 and world > gpn else 0.0,
+                 pp_inter=1.0 if pp_inter else 0.0,
                  act_elems=tokens_per_gpu * model.layers * model.h,
                  logit_elems=tokens_per_gpu * model.vocab,
                  stage_imbalance=stage_imbalance(model, pp, int(seq), cfg.get("framework")),
