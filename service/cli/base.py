@@ -24,7 +24,8 @@ console = Console()
 
 # The options that name a target (the model, the node count, the hardware, the shapes): one copy,
 # shared by recommend, suggest and the other commands that answer for a target.
-ModelOpt = Annotated[str, typer.Option("--model", help="model size: 8B, 1.34B, 8e9")]
+ModelOpt = Annotated[str, typer.Option("--model", help="model size: 8B (the heatmap's 7–8B row), 8.03B or "
+                                       "8030261248 (one model), 8e9")]
 NodesOpt = Annotated[int, typer.Option("--nodes", help="node count of the target")]
 GpusPerNodeOpt = Annotated[int, typer.Option("--gpus-per-node")]
 GpuTypeOpt = Annotated[str | None, typer.Option("--gpu-type", help="H100, A100-80GB, ... (default: the evidence's)")]
@@ -32,6 +33,29 @@ SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="tokens per seq
 GlobalBatchOpt = Annotated[int | None, typer.Option("--global-batch-tokens",
                                                    help="tokens per optimizer step (default: the evidence's)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the API's JSON")]
+# What the target is costed for: the framework, the precision and the model's shape (default: the records')
+FrameworkOpt = Annotated[str | None, typer.Option(
+    "--framework", help="nanotron, Megatron-LM, torchtitan, nemo … (a recorded name or part of one; default: the "
+    "runs')")]
+PrecisionOpt = Annotated[str | None, typer.Option("--precision", help="bf16 | fp8 | fp16 … (default bf16)")]
+NumLayersOpt = Annotated[int | None, typer.Option("--num-layers", min=1, help="model dims (default: the recorded "
+                                                  "model's, else inferred from --model)")]
+HiddenSizeOpt = Annotated[int | None, typer.Option("--hidden-size", min=1)]
+NumHeadsOpt = Annotated[int | None, typer.Option("--num-heads", min=1)]
+NumKvHeadsOpt = Annotated[int | None, typer.Option("--num-kv-heads", min=1, help="GQA key/value heads")]
+FfnHiddenSizeOpt = Annotated[int | None, typer.Option("--ffn-hidden-size", min=1)]
+VocabSizeOpt = Annotated[int | None, typer.Option("--vocab-size", min=1)]
+GatedOpt = Annotated[bool | None, typer.Option("--gated/--no-gated", help="gated MLP (SwiGLU, 3 matrices) or GPT's "
+                                               "GELU (2); default: the records'", show_default=False)]
+
+
+def shape_params(framework: str | None, precision: str | None, num_layers: int | None, hidden_size: int | None,
+                 num_heads: int | None, num_kv_heads: int | None, ffn_hidden_size: int | None,
+                 vocab_size: int | None, gated: bool | None) -> dict[str, Any]:
+    """The API's names for the framework, precision and model-shape options (None = not given)."""
+    return {"framework": framework, "precision": precision, "num_layers": num_layers, "hidden_size": hidden_size,
+            "num_heads": num_heads, "num_kv_heads": num_kv_heads, "ffn_hidden_size": ffn_hidden_size,
+            "vocab_size": vocab_size, "gated_linear_unit": gated}
 err_console = Console(stderr=True)
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"

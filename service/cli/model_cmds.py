@@ -14,18 +14,28 @@ from rich.table import Table
 from service.cli.base import (
     Api,
     ApiError,
+    FfnHiddenSizeOpt,
+    FrameworkOpt,
+    GatedOpt,
     GlobalBatchOpt,
     GpusPerNodeOpt,
     GpuTypeOpt,
+    HiddenSizeOpt,
     JsonOpt,
     ModelOpt,
     NodesOpt,
+    NumHeadsOpt,
+    NumKvHeadsOpt,
+    NumLayersOpt,
+    PrecisionOpt,
     SeqLenOpt,
+    VocabSizeOpt,
     app,
     console,
     fail,
     fetch,
     print_json,
+    shape_params,
 )
 from service.ranking import config_label
 
@@ -93,6 +103,15 @@ def suggest(
     gpu_type: GpuTypeOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch_tokens: GlobalBatchOpt = None,
+    framework: FrameworkOpt = None,
+    precision: PrecisionOpt = None,
+    num_layers: NumLayersOpt = None,
+    hidden_size: HiddenSizeOpt = None,
+    num_heads: NumHeadsOpt = None,
+    num_kv_heads: NumKvHeadsOpt = None,
+    ffn_hidden_size: FfnHiddenSizeOpt = None,
+    vocab_size: VocabSizeOpt = None,
+    gated: GatedOpt = None,
     n: int = typer.Option(5, "-n", help="how many configurations"),
     as_json: JsonOpt = False,
     fmt: str = typer.Option("table", "--format", help="table | csv (one config per line, for a sweep launcher)"),
@@ -102,7 +121,9 @@ def suggest(
     if fmt not in ("table", "csv"):
         fail(f"--format {fmt!r}: table or csv")
     body = fetch("/suggest", as_json, model_params=model, nodes=nodes, gpus_per_node=gpus_per_node,
-                 gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, n=n)
+                 gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, n=n,
+                 **shape_params(framework, precision, num_layers, hidden_size, num_heads, num_kv_heads,
+                                ffn_hidden_size, vocab_size, gated))
     if body is None:
         return
     if fmt == "csv":
