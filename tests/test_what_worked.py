@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, playbook_sample, post_records
 from typer.testing import CliRunner
 
-from service.families import group_cells
+from core.families import group_cells
 
 PUBLISHED = REPO / "examples" / "data" / "published"
 SWEEP_8B = REPO / "tests" / "data" / "nanotron" / "bench_8.86b_1_and_8_nodes.csv"

@@ -4,7 +4,7 @@
 
 - the model size: a size given as a round number ("8B", "70B": at most SIZE_DIGITS significant
   figures, the precision of model_size_class) names the heatmap's row, the size FAMILY of
-  service/families.py ("8B" → the 7–8B row, which holds 8.03B and 8.86B models); a more precise one
+  core/families.py ("8B" → the 7–8B row, which holds 8.03B and 8.86B models); a more precise one
   ("8.03B", 8030261248, "1.34B") names one size class; model dims narrow it further (a run whose
   recorded dims differ from the given ones is left out);
 - the same node count, GPU type (catalog name), GPUs per node (a run that does not say matches) and
@@ -31,17 +31,20 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from service import hardware
+from core import hardware
+from core.families import family_of
+from core.model import model_size_class
+from core.rules import CONFIG_FIELDS
 from service.analytics.heatmap import metric_expr
 from service.analytics.memory import estimate_memory
-from service.derive import model_size_class
-from service.families import family_of
 from service.ranking import best_order
 from service.tables import Run
 
+__all__ = ["CONFIG_FIELDS", "DIM_FIELDS", "Cell", "Measured", "config_value", "measured", "names_family"]
+
 #: significant figures of model_size_class: a size asked with no more than these names a family row
 SIZE_DIGITS = 2
-CONFIG_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
+#: the model's dims a target may give (and a recorded run may record)
 DIM_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
 #: the most runs of one cell read (a cell holds tens to a few hundred configurations)
 MAX_CELL_RUNS = 2000

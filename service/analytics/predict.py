@@ -31,11 +31,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service import hardware
+from core import hardware
+from core.model import params_from_dims, resolve_shape
 from service.analytics import recommend as rec
-from service.analytics.memory import _resolve_model, estimate_memory
+from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, names_family
-from service.derive import complete, estimate_params_from_dims
+from service.derive import complete
 from service.errors import ValidationFailed
 
 #: configuration fields a request may leave out, and what they are then taken as (said in the notes)
@@ -58,7 +59,7 @@ def _check_record(body: dict[str, Any], notes: list[str]) -> dict[str, Any]:
                 notes.append(f"{f}={default} (not given)")
     gpu = rec_.get("gpu_type")
     if gpu is not None and hardware.lookup(gpu) is None:
-        raise _fail("gpu_type", gpu, "not in the hardware catalog (service/hardware.py): e.g. H100, A100-80GB, MI300X")
+        raise _fail("gpu_type", gpu, "not in the hardware catalog (core/hardware.py): e.g. H100, A100-80GB, MI300X")
     precision = rec_.get("precision")
     if precision is not None:
         canonical = hardware.canonical_precision(precision)
@@ -77,7 +78,7 @@ def _check_model(cfg: dict[str, Any], ctx: dict[str, Any]) -> None:
     """Heads divisible by TP (and KV heads by TP, or TP by them), PP ≤ layers, seq_len divisible by
     CP, for the dims the prediction is costed on (given, recorded or inferred)."""
     inferred: list[str] = []
-    model = _resolve_model(dict(ctx), inferred)
+    model = resolve_shape(dict(ctx), inferred)
     said = {"num_heads": "num_heads=" in " ".join(inferred), "num_layers": "num_layers=" in " ".join(inferred)}
 
     def dims(name: str, value: int) -> str:
@@ -169,7 +170,7 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     if params is None and size_text is not None:
         params = body["model_params"] = rec.parse_model_params(size_text)
     if params is None:
-        params = estimate_params_from_dims(body)
+        params = params_from_dims(body)
         if params is None:
             raise _fail("model_params", None, "give model_params or the dims (num_layers, hidden_size, num_heads, "
                                               "vocab_size ...)")

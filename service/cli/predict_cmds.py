@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from core.rules import config_label
 from service.cli import render
 from service.cli.analytics import target_line
 from service.cli.base import (
@@ -35,7 +36,6 @@ from service.cli.base import (
     shape_params,
 )
 from service.cli.render import Col
-from service.ranking import config_label
 
 #: the step-time terms, in the order the bar shows them, and their names there
 TERMS = (("compute", "compute"), ("pipeline_bubble", "pipeline bubble"), ("tp_comm", "TP communication"),
