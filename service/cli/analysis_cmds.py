@@ -14,8 +14,6 @@ import typer
 from core.rules import config_label
 from service.cli import render
 from service.cli.base import (
-    Api,
-    ApiError,
     FfnHiddenSizeOpt,
     FrameworkOpt,
     GatedOpt,
@@ -26,9 +24,9 @@ from service.cli.base import (
     PrecisionOpt,
     VocabSizeOpt,
     app,
+    call,
     console,
     err_console,
-    fail,
     fetch,
     print_json,
     shape_params,
@@ -56,9 +54,7 @@ def sql(
     fmt: SqlFormat = typer.Option(SqlFormat.table, "--format", "-f", help="table | csv | json"),
 ) -> None:
     """Run read-only SQL over the runs (POST /api/v1/sql); the server applies a timeout and a row cap."""
-    status, body = Api().post("/sql", {"query": query})
-    if status >= 400:
-        fail(str(ApiError(status, body)))
+    body = call("POST", "/sql", json={"query": query})
     if body.get("truncated"):
         err_console.print(f"[yellow]note:[/] truncated at {body['row_count']:,} rows (SCALEBOOK_SQL_MAX_ROWS)")
     if fmt is SqlFormat.json:

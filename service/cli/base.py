@@ -1,15 +1,15 @@
-"""Shared pieces of the CLI: the typer app, the HTTP client to the API, output helpers."""
+"""Shared pieces of the CLI: the typer app, requests to the API (service/client.py), output helpers."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Annotated, Any, NoReturn
 
-import httpx
 import typer
 from rich.console import Console
+
+from service.client import Client, ClientError
 
 #: the exit-code rule of every command (also in `scalebook --help`)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -58,54 +58,22 @@ def shape_params(framework: str | None, precision: str | None, num_layers: int |
             "vocab_size": vocab_size, "gated_linear_unit": gated}
 err_console = Console(stderr=True)
 
-DEFAULT_API_URL = "http://127.0.0.1:8000"
+#: seconds one request of a command may take: an import sends batches of 1,000 runs
+TIMEOUT_S = 60.0
 
 
-def api_url() -> str:
-    """SCALEBOOK_API_URL or http://127.0.0.1:8000."""
-    return os.environ.get("SCALEBOOK_API_URL", DEFAULT_API_URL).rstrip("/")
+def client(url: str | None = None) -> Client:
+    """The API client of every command (service/client.py: SCALEBOOK_API_URL, SCALEBOOK_TOKEN)."""
+    return Client(url, timeout=TIMEOUT_S)
 
 
-class ApiError(Exception):
-    """An error answer from the API, carrying its status and error body."""
-
-    def __init__(self, status: int, body: dict[str, Any]):
-        self.status = status
-        self.body = body
-        err = body.get("error", {}) if isinstance(body, dict) else {}
-        super().__init__(f"HTTP {status} {err.get('code', '')}: {err.get('message', body)}")
-
-
-class Api:
-    """Thin synchronous client of the scalebook API (sends SCALEBOOK_TOKEN as a bearer token)."""
-
-    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 60.0):
-        self.url = (url or api_url()).rstrip("/")
-        token = token if token is not None else os.environ.get("SCALEBOOK_TOKEN")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
-
-    def request(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
-        try:
-            resp = self.http.request(method, f"/api/v1{path}", **kwargs)
-        except httpx.TransportError as exc:
-            fail(f"cannot reach the scalebook API at {self.url} ({exc.__class__.__name__}): start it with "
-                 "`scalebook serve` or set SCALEBOOK_API_URL", EXIT_FAILED)
-            raise  # pragma: no cover - fail() always exits
-        try:
-            body = resp.json()
-        except ValueError:
-            body = {"error": {"code": "bad_response", "message": resp.text[:500]}}
-        return resp.status_code, body
-
-    def get(self, path: str, **params: Any) -> Any:
-        status, body = self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
-        if status >= 400:
-            raise ApiError(status, body)
-        return body
-
-    def post(self, path: str, payload: Any) -> tuple[int, Any]:
-        return self.request("POST", path, json=payload)
+def call(method: str, path: str, *, params: dict[str, Any] | None = None, json: Any = None) -> Any:
+    """One request to ``/api/v1{path}`` for a command: the JSON body, or exit 1 with the client's
+    message (the API unreachable, a token refused, or the API's error answer)."""
+    try:
+        return client().request(method, path, params=params, json=json)
+    except ClientError as exc:
+        fail(str(exc))
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
@@ -122,10 +90,7 @@ def fetch(path: str, as_json: bool, **params: Any) -> Any | None:
     """GET an API path for a read-only command. Exits with the API's error message on an error
     answer; with --json prints the body and returns None (the command is done); otherwise returns
     the body for the command to render."""
-    try:
-        body = Api().get(path, **params)
-    except ApiError as exc:
-        fail(str(exc))
+    body = call("GET", path, params=params)
     if as_json:
         print_json(body)
         return None

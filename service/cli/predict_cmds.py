@@ -11,8 +11,6 @@ from core.rules import config_label
 from service.cli import render
 from service.cli.analytics import target_line
 from service.cli.base import (
-    Api,
-    ApiError,
     FfnHiddenSizeOpt,
     FrameworkOpt,
     GatedOpt,
@@ -30,8 +28,8 @@ from service.cli.base import (
     SeqLenOpt,
     VocabSizeOpt,
     app,
+    call,
     console,
-    fail,
     print_json,
     shape_params,
 )
@@ -95,9 +93,7 @@ def predict(
                             "seq_len": seq_len, **shape_params(framework, precision, num_layers, hidden_size,
                                                                num_heads, num_kv_heads, ffn_hidden_size, vocab_size,
                                                                gated)}
-    status, answer = Api().post("/predict", {k: v for k, v in body.items() if v is not None})
-    if status >= 400:
-        fail(str(ApiError(status, answer)))
+    answer = call("POST", "/predict", json={k: v for k, v in body.items() if v is not None})
     if as_json:
         print_json(answer)
         return
