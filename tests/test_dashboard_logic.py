@@ -270,6 +270,48 @@ def test_candidates_rows_on_a_real_answer(api, data_dir):
     assert rec.target_text(body["target"]).startswith("1.3B on 2 node(s) × 8 GPUs (16) of H100-SXM-80GB, seq 4096")
 
 
+def test_measured_rows_and_the_form_default_on_a_real_answer(api, data_dir):
+    body = api.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": 2, "gpu_type": "H100-SXM-80GB",
+                                                  "seq_len": 4096}).json()
+    rows = rec.measured_rows(body["measured_on_target"])
+    best = csv_best(data_dir, 2)
+    assert rows.iloc[0]["config"].startswith(f"DP{best['dp']} TP{best['tp']} PP{best['pp']}")
+    assert rows.iloc[0]["tokens_per_sec_per_gpu"] == pytest.approx(float(best["tok/s/gpu"]))
+    assert rows.iloc[0]["model"] == "1.34B · nanotron · bf16" and rows.iloc[0]["run"].startswith("#")
+    assert rec.cell_text(body["cell"]).startswith("size class 1.3B × 2 nodes of H100-SXM-80GB, seq 4096: ")
+    assert rec.memory_verdict({"memory": {"predicted_peak_memory_gib": 135.6, "fits": False, "disagrees": True}}) \
+        == "model says no (136 GiB): it ran"
+    assert rec.memory_verdict({}) == "not checked"
+    # the form's GPU type: the most recorded, never an arbitrary one
+    assert rec.default_gpu({"counts": {"gpu_type": {"A100-SXM-40GB": 40, "H100-SXM-80GB": 312}}}) == "H100-SXM-80GB"
+    assert rec.default_gpu({"gpu_type": ["A100", "H100"]}) is None
+
+
+def test_what_if_texts_and_step_bar_on_a_real_answer(api, data_dir):
+    from dashboard.logic import whatif as wi
+
+    asked = {"model_params": "1.34B", "nodes": 2, "gpus_per_node": 8, "gpu_type": "H100-SXM-80GB"}
+    answer = api.get("/api/v1/recommend", params={**asked, "seq_len": 4096}).json()
+    seed = wi.seed(asked, answer)
+    best = csv_best(data_dir, 2)
+    assert (seed["dp"], seed["tp"], seed["pp"], seed["micro_batch_size"]) == (
+        int(best["dp"]), int(best["tp"]), int(best["pp"]), int(best["mbs"]))  # the best measured configuration
+    body = wi.predict_body({**seed, "framework": "the records'", "dp": 0})
+    assert "dp" not in body and "framework" not in body and body["model_params"] == "1.34B"
+    pred = api.post("/api/v1/predict", json=body).json()
+    frame = wi.breakdown_frame(pred["predicted"])
+    assert frame.seconds.sum() == pytest.approx(pred["predicted"]["step_time_s"], rel=1e-6)
+    assert frame.share.sum() == pytest.approx(1.0)
+    fig = wi.breakdown_figure(pred["predicted"])
+    assert [t.name for t in fig.data] == [name for _, name, _ in wi.TERMS] and fig.layout.barmode == "stack"
+    assert wi.fits_text(pred).startswith("✓ ran on this target (run #")
+    assert wi.model_text(pred["model"]).startswith("fitted on ")
+    assert wi.evidence_rows(pred["evidence"]).iloc[0]["run"] == f"#{pred['measured']['run_id']}"
+    oom = {"memory": {"predicted_peak_memory_gib": 70.0, "usable_memory_gib": 78.4, "recorded_oom_run_id": 12},
+           "fits": False}
+    assert wi.fits_text(oom) == "✗ does not fit: a recorded OOM (run #12) implies it; predicted 70.0 of 78.4 GiB usable"
+
+
 def test_memory_and_evidence_texts():
     fits = {"memory": {"predicted_peak_memory_gib": 32.18, "gpu_memory_gib": 80.0, "fits": True}}
     assert rec.memory_check(fits) == "✓ fits: 32.2 of 80 GiB predicted"
@@ -471,6 +513,17 @@ def test_recommend_question_round_trips_through_the_url():
     assert url == {"model_params": "8B", "nodes": "8", "gpus_per_node": "8", "gpu_type": "H100",
                    "global_batch_tokens": "4194304", "k": "3"}
     assert rq.query_from_url(url) == query
+    # the framework, precision and model shape travel too
+    shaped = rq.recommend_params("8B", 8, 8, "H100", shape={"framework": "nanotron", "precision": "the records'",
+                                                            "num_layers": 32, "hidden_size": 0,
+                                                            "gated_linear_unit": False})
+    assert (shaped["framework"], shaped["precision"], shaped["num_layers"], shaped["hidden_size"]) == (
+        "nanotron", None, 32, None)
+    shaped_url = rq.url_from_query(shaped)
+    assert shaped_url["gated_linear_unit"] == "false" and "precision" not in shaped_url
+    assert rq.query_from_url(shaped_url) == shaped
+    with pytest.raises(ValueError, match="gated_linear_unit='maybe'"):
+        rq.query_from_url({"model_params": "8B", "nodes": "8", "gated_linear_unit": "maybe"})
     assert rq.query_from_url({"nodes": "8"}) is None and rq.query_from_url({}) is None
     with pytest.raises(ValueError, match="nodes='eight'"):
         rq.query_from_url({"model_params": "8B", "nodes": "eight"})

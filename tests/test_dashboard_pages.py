@@ -203,7 +203,7 @@ def test_what_worked_page_answers_with_evidence(live_api, data_dir):
     for _, row in ran.iterrows():
         assert number(row["tokens_per_sec_per_gpu"]) == pytest.approx(measured[row["config"]], abs=0.5)
     # then predictions for the layouts not run there
-    cands = frame_with(at, "config", "predicted_tokens_per_sec_per_gpu", "measured_tokens_per_sec_per_gpu", "evidence")
+    cands = frame_with(at, "config", "predicted_tokens_per_sec_per_gpu", "interval", "evidence")
     assert not set(cands["config"]) & set(measured)
     assert all(number(v) > 0 for v in cands["predicted_tokens_per_sec_per_gpu"])
     assert not ({"None", "nan"} & set(cands.to_numpy().ravel().astype(str)))
@@ -395,3 +395,61 @@ def test_runs_page_retires_and_unretires_a_run(live_api):
     assert not at.error, [e.value for e in at.error]
     assert f"Run #{run_id} un-retired." in [s.value for s in at.success]
     assert httpx.get(f"{live_api}/api/v1/runs/{run_id}").json()["retired_at"] is None
+
+
+@DUCKDB
+def test_what_worked_form_defaults_to_the_most_recorded_gpu_and_asks_for_the_shape(live_api, data_dir):
+    load(live_api, data_dir)
+    counts = httpx.post(f"{live_api}/api/v1/sql", json={
+        "query": "SELECT gpu_type, count(*) AS n FROM runs WHERE gpu_type IS NOT NULL GROUP BY gpu_type "
+                 "ORDER BY n DESC, gpu_type LIMIT 1"}).json()["rows"]
+    at = app("app_pages/what_worked.py")
+    assert at.selectbox(key="ww_gpu").value == counts[0][0]  # never "any", never an arbitrary one
+    at.text_input(key="ww_model").input("1.34B")
+    at.number_input(key="ww_nodes").set_value(2)
+    at.selectbox(key="ww_fw").select("nanotron")
+    at.selectbox(key="ww_prec").select("bf16")
+    at.number_input(key="ww_num_layers").set_value(16)
+    at.number_input(key="ww_hidden_size").set_value(2048)
+    at.button(key="ww_submit").click().run()
+    assert not at.exception and not at.error
+    asked = {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+    assert (asked["framework"], asked["precision"], asked["num_layers"], asked["hidden_size"]) == (
+        "nanotron", "bf16", "16", "2048")
+    assert "note: costed on" not in texts(at)  # the dims given are costed, not a recorded model's
+
+
+@DUCKDB
+def test_what_if_panel_predicts_any_configuration_with_the_step_bar(live_api, data_dir):
+    load(live_api, data_dir, published=False)
+    best = csv_best(data_dir, 4)
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    at.query_params.update({"model_params": "1.34B", "nodes": "4", "gpu_type": "H100-SXM-80GB", "seq_len": "4096"})
+    at.switch_page("app_pages/what_worked.py").run()
+    assert not at.exception and not at.error
+    # seeded with the best configuration measured on the target
+    seeded = {f: at.number_input(key=f"wi_{f}").value for f in ("dp", "tp", "pp", "micro_batch_size")}
+    assert seeded == {"dp": int(best["dp"]), "tp": int(best["tp"]), "pp": int(best["pp"]),
+                      "micro_batch_size": int(best["mbs"])}
+    assert at.number_input(key="wi_grad_accum_steps").value == int(float(best["batch_accum"]))
+    at.selectbox(key="wi_zero_stage").select(int(best["zero_stage"]))
+    at.button(key="wi_submit").click().run()
+    assert not at.exception and not at.error
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["measured on this target"] == f"{float(best['tok/s/gpu']):,.0f}"
+    bars = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    step = next(b for b in bars if len(b["data"]) == 5 and all(t["type"] == "bar" for t in b["data"]))
+    assert [t["name"] for t in step["data"]][:2] == ["compute", "pipeline bubble"]
+    seconds = sum(t["x"][0] for t in step["data"])
+    assert metrics["step time"] == f"{seconds:.2f} s"
+    # 8 nodes: nobody ran it; the answer says it extrapolates
+    at.number_input(key="wi_nodes").set_value(8)
+    at.number_input(key="wi_dp").set_value(0)
+    at.button(key="wi_submit").click().run()
+    assert {m.label: m.value for m in at.metric}["measured on this target"] == "not run"
+    assert "extrapolates" in texts(at)
+    # an impossible configuration: the API's 422, naming the field, on the page
+    at.number_input(key="wi_dp").set_value(3)
+    at.button(key="wi_submit").click().run()
+    assert not at.exception and at.error and "world_size" in at.error[0].value

@@ -1,7 +1,9 @@
 """The "What worked?" form and its answer (GET /api/v1/recommend), used by two pages.
 
-The form asks for the target (model size, nodes, GPUs per node, GPU type, sequence length, global
-batch); the answer lists the candidates best first with their evidence and the memory check.
+The form asks for the target (model size, nodes, GPUs per node, GPU type — the most recorded by
+default —, sequence length, global batch; the framework, precision and model shape in an
+expander); the answer lists what was measured on the target first, then the predictions for the
+layouts not run there, best first, with their evidence and the memory check.
 The last submitted query is kept in session state, so the answer survives other interactions.
 """
 
@@ -28,19 +30,30 @@ def defaults_from_cell(cell: dict[str, Any] | None) -> dict[str, Any]:
             "seq_len": best.get("seq_len")}
 
 
-def _prefill(key: str, defaults: dict[str, Any], gpu_types: list[str]) -> None:
+#: the precisions the form offers (the catalog's names; the API refuses one the GPU has no peak for)
+PRECISIONS = ("bf16", "fp8", "fp16", "fp32", "fp4")
+#: the MLP shapes the form offers: the records', gated (SwiGLU), plain (GELU)
+GATED = {rec.RECORDS: None, "gated (SwiGLU, 3 matrices)": True, "plain (GELU, 2 matrices)": False}
+
+
+def _prefill(key: str, defaults: dict[str, Any], gpu_types: list[str], default_gpu: str | None) -> None:
     """Put ``defaults`` into the form's widgets whenever they change (e.g. another heatmap cell was
-    picked); the user's edits stand until then."""
+    picked); the user's edits stand until then. The GPU type defaults to the most recorded."""
     signature = repr(sorted(defaults.items()))
     if st.session_state.get(f"{key}_defaults") == signature:
         return
     st.session_state[f"{key}_defaults"] = signature
     gpu = defaults.get("gpu_type")
+    gated = defaults.get("gated_linear_unit")
     st.session_state.update({
         f"{key}_model": str(defaults.get("model") or "8B"), f"{key}_nodes": int(defaults.get("nodes") or 8),
-        f"{key}_gpn": int(defaults.get("gpus_per_node") or 8), f"{key}_gpu": gpu if gpu in gpu_types else "any",
+        f"{key}_gpn": int(defaults.get("gpus_per_node") or 8),
+        f"{key}_gpu": gpu if gpu in gpu_types else default_gpu,
         f"{key}_seq": int(defaults.get("seq_len") or 0), f"{key}_gbt": int(defaults.get("global_batch_tokens") or 0),
         f"{key}_k": int(st.session_state.get(f"{key}_k") or 5),
+        f"{key}_fw": defaults.get("framework") or rec.RECORDS, f"{key}_prec": defaults.get("precision") or rec.RECORDS,
+        f"{key}_gated": next(label for label, v in GATED.items() if v is gated),
+        **{f"{key}_{f}": int(defaults.get(f) or 0) for f in rec.DIM_FIELDS},
     })
 
 
@@ -68,38 +81,56 @@ def _from_url(key: str) -> dict[str, Any] | None:
         st.session_state[f"{key}_url_defaults"] = {
             "model": asked["model_params"], "nodes": asked["nodes"], "gpus_per_node": asked["gpus_per_node"],
             "gpu_type": asked["gpu_type"], "seq_len": asked["seq_len"],
-            "global_batch_tokens": asked["global_batch_tokens"]}
+            "global_batch_tokens": asked["global_batch_tokens"], **{f: asked.get(f) for f in rec.SHAPE_FIELDS}}
     return st.session_state[f"{key}_url_defaults"]
 
 
 def form(key: str, options: dict[str, list[Any]], defaults: dict[str, Any] | None = None,
          url: bool = False) -> dict[str, Any] | None:
-    """Render the form (prefilled from ``defaults``); returns the query of the last submission
-    (None before the first one). ``url``: the question lives in the page's URL
-    (rec.URL_FIELDS): a link with one is answered when opened, and each submission is written
-    there, so the answer can be shared."""
-    gpu_types = ["any", *options.get("gpu_type", [])]
+    """Render the form (prefilled from ``defaults``; the GPU type from the most-recorded one when
+    they name none); returns the query of the last submission (None before the first one). ``url``:
+    the question lives in the page's URL (rec.URL_FIELDS): a link with one is answered when opened,
+    and each submission is written there, so the answer can be shared."""
+    gpu_types = list(options.get("gpu_type", []))
     if url:
         defaults = _from_url(key) or defaults
         asked_gpu = (defaults or {}).get("gpu_type")
         if asked_gpu and asked_gpu not in gpu_types:  # e.g. "H100" as typed in a link: shown as asked
             gpu_types.append(asked_gpu)
-    _prefill(key, defaults or {}, gpu_types)
+    frameworks = [rec.RECORDS, *options.get("framework", [])]
+    precisions = [rec.RECORDS, *dict.fromkeys([*PRECISIONS, *options.get("precision", [])])]
+    for value, choices in (((defaults or {}).get("framework"), frameworks),
+                           ((defaults or {}).get("precision"), precisions)):
+        if value and value not in choices:
+            choices.append(value)
+    _prefill(key, defaults or {}, gpu_types, rec.default_gpu(options))
     with st.form(key=f"{key}_form", border=True):
         c = st.columns([1.1, 0.8, 0.8, 1.6, 1, 1.3, 0.7])
-        model = c[0].text_input("Model size", key=f"{key}_model", help="parameters: 8B, 1.34B, 70e9, 8030261248")
+        model = c[0].text_input("Model size", key=f"{key}_model",
+                                help="parameters: 8B (the heatmap's 7–8B row), 8.03B or 8030261248 (one model)")
         nodes = c[1].number_input("Nodes", min_value=1, step=1, key=f"{key}_nodes")
         gpn = c[2].number_input("GPUs/node", min_value=1, step=1, key=f"{key}_gpn")
-        gpu = c[3].selectbox("GPU type", gpu_types, key=f"{key}_gpu", accept_new_options=True)
-        seq = c[4].number_input("Seq len (0 = any)", min_value=0, step=1024, key=f"{key}_seq")
-        gbt = c[5].number_input("Global batch tokens (0 = any)", min_value=0, step=2**20, key=f"{key}_gbt")
+        gpu = c[3].selectbox("GPU type", gpu_types, key=f"{key}_gpu", accept_new_options=True,
+                             help="default: the GPU type with the most recorded runs")
+        seq = c[4].number_input("Seq len (0 = most recorded)", min_value=0, step=1024, key=f"{key}_seq")
+        gbt = c[5].number_input("Global batch tokens (0 = the runs')", min_value=0, step=2**20, key=f"{key}_gbt")
         k = c[6].number_input("Show", min_value=1, max_value=rec.MAX_K, key=f"{key}_k")
+        with st.expander("Framework, precision and model shape (default: the records')"):
+            c1 = st.columns(3)
+            fw = c1[0].selectbox("Framework", frameworks, key=f"{key}_fw", accept_new_options=True)
+            prec = c1[1].selectbox("Precision", precisions, key=f"{key}_prec", accept_new_options=True)
+            gated = c1[2].selectbox("MLP", list(GATED), key=f"{key}_gated")
+            c2 = st.columns(6)
+            dims = {f: c2[i].number_input(f.replace("_", " ").replace("num ", "").capitalize() + " (0 = recorded)",
+                                          min_value=0, step=1, key=f"{key}_{f}")
+                    for i, f in enumerate(rec.DIM_FIELDS)}
         submitted = st.form_submit_button("What worked?", type="primary", key=f"{key}_submit")
     if submitted:
         if not (model or "").strip():
             st.warning("Give a model size, e.g. 8B.")
             return None
-        st.session_state[f"{key}_query"] = rec.recommend_params(model, nodes, gpn, gpu, seq, gbt, k)
+        shape = {"framework": fw, "precision": prec, "gated_linear_unit": GATED.get(gated), **dims}
+        st.session_state[f"{key}_query"] = rec.recommend_params(model, nodes, gpn, gpu, seq, gbt, k, shape=shape)
         if url:
             st.query_params.from_dict(rec.url_from_query(st.session_state[f"{key}_query"]))
             st.session_state[f"{key}_url_signature"] = _url_signature()
@@ -107,12 +138,15 @@ def form(key: str, options: dict[str, list[Any]], defaults: dict[str, Any] | Non
     return st.session_state.get(f"{key}_query")
 
 
-def answer(query: dict[str, Any]) -> None:
-    """Fetch and render the candidates for ``query`` (errors shown inline, the page goes on)."""
+def answer(query: dict[str, Any]) -> dict[str, Any] | None:
+    """Fetch and render the answer for ``query`` (errors shown inline, the page goes on); returns it
+    (None on an error)."""
     with ui.api_errors(stop=False):
         with st.spinner("Searching the recorded runs…"):
             body = data.get("/recommend", **query)
         render(body)
+        return body
+    return None
 
 
 def render(body: dict[str, Any]) -> None:
@@ -147,7 +181,6 @@ def render(body: dict[str, Any]) -> None:
     st.dataframe(styled(rec.candidate_rows(candidates, target), rec.TABLE_FORMATS), hide_index=True, key=None,
                  column_config={"predicted_mfu": "predicted MFU",
                                 "predicted_tokens_per_sec_per_gpu": "predicted tok/s/GPU",
-                                "measured_tokens_per_sec_per_gpu": "measured here",
                                 "predicted_peak_memory_gib": "predicted GiB"})
     for i, c in enumerate(candidates, 1):
         card(i, c, target)
@@ -166,7 +199,8 @@ def card(i: int, c: dict[str, Any], target: dict[str, Any] | None = None) -> Non
                        help=f"interval {rec.interval_text(c)}")
         cols[1].metric("predicted MFU", pct(p.get("mfu")))
         measured = (c.get("measured") or {}).get("tokens_per_sec_per_gpu")
-        cols[2].metric("measured on this target", f"{measured:,.0f}" if measured is not None else "not run")
+        cols[2].metric("measured on this target", f"{measured:,.0f}" if measured is not None else "not run",
+                       help="the runs measured on the target are listed above")
         mem = c.get("memory") or {}
         predicted, capacity = mem.get("predicted_peak_memory_gib"), mem.get("gpu_memory_gib")
         verdict = {True: "✓ fits", False: "✗ does not fit"}.get(mem.get("fits"), "not checked")

@@ -62,20 +62,19 @@ TABLE_FORMATS: dict[str, str] = {
 
 
 def candidate_rows(candidates: Sequence[Candidate], target: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """One row per candidate, best first: config, predicted tokens/s per GPU and its interval,
-    predicted MFU and peak memory, the measured figure when it ran on this target, evidence."""
+    """One row per candidate (a layout not run on the target), best first: config, predicted
+    tokens/s per GPU and its interval, predicted MFU and peak memory, evidence."""
     rows = []
     for i, c in enumerate(candidates, 1):
         p = c.get("predicted") or {}
-        measured = (c.get("measured") or {}).get("tokens_per_sec_per_gpu")
         rows.append({
             "#": i, "config": config_label(c.get("config") or {}),
             "predicted_tokens_per_sec_per_gpu": p.get("tokens_per_sec_per_gpu"), "interval": interval_text(c),
             "predicted_mfu": p.get("mfu"), "predicted_peak_memory_gib": p.get("peak_memory_gib"),
-            "measured_tokens_per_sec_per_gpu": measured, "evidence": evidence_text(c, target),
+            "evidence": evidence_text(c, target),
         })
     return pd.DataFrame(rows, columns=["#", "config", "predicted_tokens_per_sec_per_gpu", "interval", "predicted_mfu",
-                                       "predicted_peak_memory_gib", "measured_tokens_per_sec_per_gpu", "evidence"])
+                                       "predicted_peak_memory_gib", "evidence"])
 
 
 def memory_verdict(run: Mapping[str, Any]) -> str:
@@ -152,27 +151,66 @@ def target_text(target: Mapping[str, Any]) -> str:
     return text
 
 
+#: what the target is costed for beyond its size and cluster: the API's parameter names (None = the records')
+SHAPE_FIELDS = ("framework", "precision", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
+                "vocab_size", "gated_linear_unit")
+#: the model dims among SHAPE_FIELDS (positive integers)
+DIM_FIELDS = SHAPE_FIELDS[2:8]
+
+
+def shape_params(shape: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The framework, precision, dims and MLP shape a form gives, as API parameters: "" / 0 / None /
+    "records'" mean "not given" (the records' are used); gated_linear_unit True / False / None."""
+    shape = shape or {}
+    out: dict[str, Any] = {}
+    for f in SHAPE_FIELDS:
+        v = shape.get(f)
+        if f == "gated_linear_unit":
+            out[f] = v if isinstance(v, bool) else None
+        elif f in DIM_FIELDS:
+            out[f] = int(v) if v else None
+        else:
+            out[f] = str(v).strip() if v and str(v).strip() and v != RECORDS else None
+    return out
+
+
+#: the choice that leaves a framework / precision / MLP shape to the records
+RECORDS = "the records'"
+
+
+def default_gpu(options: Mapping[str, Any]) -> str | None:
+    """The GPU type with the most recorded runs (the form's default: never an arbitrary one), None
+    when no run has one."""
+    counts = (options.get("counts") or {}).get("gpu_type") or {}
+    if counts:
+        return min(counts, key=lambda g: (-counts[g], str(g)))
+    gpus = options.get("gpu_type") or []
+    return gpus[0] if len(gpus) == 1 else None
+
+
 def recommend_params(model: str, nodes: int, gpus_per_node: int, gpu_type: str | None = None,
                      seq_len: int | None = None, global_batch_tokens: int | None = None, k: int = 5,
-                     metric: str = "tokens_per_sec_per_gpu") -> dict[str, Any]:
-    """The query of GET /recommend from the form; 0 / "" / "any" mean "not given"."""
+                     metric: str = "tokens_per_sec_per_gpu", shape: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The query of GET /recommend from the form; 0 / "" / "any" mean "not given"; `shape`: the
+    framework, precision, dims and gated_linear_unit (shape_params)."""
     return {"model_params": model.strip(), "nodes": int(nodes), "gpus_per_node": int(gpus_per_node),
             "gpu_type": gpu_type if gpu_type and gpu_type != "any" else None,
             "seq_len": int(seq_len) if seq_len else None,
             "global_batch_tokens": int(global_batch_tokens) if global_batch_tokens else None,
-            "k": int(k), "metric": metric}
+            "k": int(k), "metric": metric, **shape_params(shape)}
 
 
 #: the most candidates the form shows (its "Show" field's maximum)
 MAX_K = 50
 #: the question's URL parameters (the API's names), so a "what worked?" link answers when opened
-URL_FIELDS = ("model_params", "nodes", "gpus_per_node", "gpu_type", "seq_len", "global_batch_tokens", "k")
+URL_FIELDS = ("model_params", "nodes", "gpus_per_node", "gpu_type", "seq_len", "global_batch_tokens", "k",
+              *SHAPE_FIELDS)
 
 
 def query_from_url(params: Mapping[str, str]) -> dict[str, Any] | None:
     """The recommend query a page URL asks (``?model_params=8B&nodes=8&gpu_type=H100``), or None
     when it asks none (no model_params or nodes). Raises ValueError naming the parameter and its
-    value when a number is not a positive integer."""
+    value when a number is not a positive integer or gated_linear_unit not true/false."""
     model, nodes = (params.get("model_params") or "").strip(), params.get("nodes")
     if not model or not nodes:
         return None
@@ -188,14 +226,21 @@ def query_from_url(params: Mapping[str, str]) -> dict[str, Any] | None:
     k = positive("k", 5) or 5
     if k > MAX_K:
         raise ValueError(f"k={k!r} in the URL: at most {MAX_K}")
+    gated = params.get("gated_linear_unit")
+    if gated not in (None, "", "true", "false", "True", "False"):
+        raise ValueError(f"gated_linear_unit={gated!r} in the URL: true or false")
+    shape = {"framework": params.get("framework"), "precision": params.get("precision"),
+             **{f: positive(f, None) for f in DIM_FIELDS},
+             "gated_linear_unit": None if gated in (None, "") else gated.lower() == "true"}
     return recommend_params(model, positive("nodes", None) or 1, positive("gpus_per_node", 8) or 8,
                             params.get("gpu_type"), positive("seq_len", None),
-                            positive("global_batch_tokens", None), k)
+                            positive("global_batch_tokens", None), k, shape=shape)
 
 
 def url_from_query(query: Mapping[str, Any]) -> dict[str, str]:
     """The URL parameters of a recommend query (only those given)."""
-    return {k: str(query[k]) for k in URL_FIELDS if query.get(k) is not None}
+    return {k: (str(query[k]).lower() if isinstance(query[k], bool) else str(query[k]))
+            for k in URL_FIELDS if query.get(k) is not None}
 
 
 def suggestion_rows(suggestions: Sequence[Candidate]) -> pd.DataFrame:

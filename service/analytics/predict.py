@@ -39,6 +39,9 @@ from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, names_family
 from service.derive import complete
 from service.errors import ValidationFailed
 
+#: the distance (recommend.distance) from the nearest recorded run of the same layout beyond which a
+#: prediction is said to extrapolate: ln 2.7, e.g. 2.7× the nodes or the model size away
+FAR = 1.0
 #: configuration fields a request may leave out, and what they are then taken as (said in the notes)
 DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero_stage": 0, "micro_batch_size": 1, "recompute": "none"}
 
@@ -137,6 +140,9 @@ def extrapolation(prep: rec.Prepared, item: rec.Scored) -> list[str]:
             why.append(f"{text.format(value)}, outside the fitted runs' {min(seen):g}–{max(seen):g}")
     if group and not any(r["precision"] == ctx["precision"] for r in group):
         why.append(f"precision {ctx['precision']}: no fitted run in it")
+    if item.predicted.get("anchor", {}).get("evidence_distance") is not None and item.widen >= FAR:
+        why.append(f"the nearest recorded run of this layout is {item.widen:.2f} away (recommend.distance: "
+                   "ln ratios of size, nodes and seq_len, plus the hardware)")
     if item.predicted.get("anchor", {}).get("evidence_distance") is None:
         why.append(f"no recorded run of the layout TP{item.config['tp']} PP{item.config['pp']} CP{item.config['cp']} "
                    f"({item.config['recompute']} recompute): the model alone")

@@ -130,7 +130,7 @@ def render_prediction(a: dict[str, Any]) -> None:
     console.print(f"model: {m['status']} on {m['n_runs']} runs of {m['framework']} on {m['gpu_type']}"
                   + (f", held-out error {100 * err:.0f}%" if err is not None else "")
                   + ("; extrapolates: " + "; ".join(m["extrapolation"]) if m.get("extrapolates")
-                     else "; interpolates between recorded runs"))
+                     else "; within the recorded runs' range"))
     if a["evidence"]:
         cols = [Col("run", "right"), Col("model", drop=3), Col("nodes", "right"), Col("GPU", drop=2),
                 Col("framework", drop=4), Col("config"), Col("tok/s/GPU", "right"), Col("d", "right", drop=1)]

@@ -131,9 +131,25 @@ def test_every_page_draws_its_content(site, chrome, data_dir, backend):
     assert "ms round trip" in body_text(chrome)
     shot(chrome, backend, "sql")
 
-    # "What worked?" answers through /recommend and /suggest (the throughput model fitted per
-    # request, seconds here): its answer is checked by the AppTest in tests/test_dashboard_pages.py;
-    # here only that the page draws its form
-    bb.visit(chrome, site, "what_worked", timeout_s=120)
-    assert "Traceback" not in body_text(chrome)
+    # "What worked?" for 8B on 8 H100 nodes (a link, as the heatmap's cell gives it): first what ran
+    # there — the heatmap's 7–8B × 8 cell, NeMo's Nemotron-8B run (the CSV's figure) — then predictions
+    bb.visit(chrome, site, "what_worked", query="model_params=8B&nodes=8&gpu_type=H100-SXM-80GB", timeout_s=180)
+    bb.wait_drawn(chrome, "Predicted for layouts not run here", "[data-testid='stDataFrame']", timeout_s=180)
+    text = body_text(chrome)
+    with open(data_dir / "published" / "nemo_24_07_performance_summary.csv", newline="") as fh:
+        nemotron = next(r for r in csv.DictReader(fh) if r["model"] == "Nemotron-8B" and r["num_gpus"] == "64")
+    assert "Measured on this target" in text and "Traceback" not in text
+    assert text.index("Measured on this target") < text.index("Predicted for layouts not run here")
+    # the tables are drawn on a canvas; the cell's caption and the record-wins warning are text
+    assert "the heatmap's 7–8B row × 8 nodes of H100-SXM-80GB, seq 4096: 1 configuration(s) ran" in text
+    assert f"({nemotron['model'][-2:]} · {nemotron['framework']} · {nemotron['precision'].lower()})" in text
     shot(chrome, backend, "what_worked")
+    # "What if?": the panel is seeded with a configuration; its answer draws the step time as a bar
+    button = next(b for b in chrome.find_elements(By.TAG_NAME, "button") if b.text.strip() == "What if?")
+    chrome.execute_script("arguments[0].scrollIntoView({block: 'center'});", button)
+    button.click()
+    bb.wait_drawn(chrome, "per optimizer step", ".js-plotly-plot", timeout_s=180)
+    assert "measured on this target" in body_text(chrome)
+    heading = next(h for h in chrome.find_elements(By.TAG_NAME, "h3") if h.text.startswith("What if?"))
+    chrome.execute_script("arguments[0].scrollIntoView({block: 'start'});", heading)
+    shot(chrome, backend, "what_if")
