@@ -63,6 +63,38 @@ MAX_EVIDENCE = 100
 #: configurations are at distance 0 from each other
 NUGGET = 0.05
 
+#: The interval of a prediction widens with the distance between the target and the nearest recorded
+#: run of the candidate's exact layout (TP, PP, CP, ZeRO stage, micro-batch, recompute; recommend's
+#: distance: |ln size ratio| + |ln nodes ratio| + |ln seq ratio| + hardware): each unit of it adds
+#: EXTRAPOLATION_PER_DISTANCE to the log half-width, in quadrature with the fit's own held-out error.
+#: Measured by bench/interval_calibration.py on the Ultra-Scale sweep under extrapolation (fit on the
+#: small node counts or on the other model sizes, predict the held-out cells): the 80 % |log error| of
+#: the configurations that ran grows from ~0.08 with the same layout recorded one node doubling away to
+#: ~0.13–0.2 one to two units away.
+EXTRAPOLATION_PER_DISTANCE = 0.1
+#: a layout with no recorded run within SUPPORT_DISTANCE of the target (none at a neighbouring scale or
+#: model size: two node doublings are 1.39) is unsupported: its prediction's lower end is
+#: exp(−UNSUPPORTED_LOWER) of it. On the same extrapolation holdouts, 78 % of the configurations that
+#: ran with no recorded run of their layout within 2 units were slower than 70 % of their cell's best,
+#: and their log error's 10th / 20th percentiles were −1.39 / −0.88 (against −0.35 / −0.16 with their
+#: layout recorded one doubling away): a physically plausible layout nobody ran nearby is often slow for
+#: reasons no model term captures (bench/RESULTS.md, issue 25)
+SUPPORT_DISTANCE = 2.0
+UNSUPPORTED_LOWER = 1.0
+
+
+def interval_halves(q80: float, variance: float, evidence_distance: float | None) -> tuple[float, float]:
+    """(lower, upper) log half-widths of a prediction's 80 % interval: the fit's held-out 80 % |log
+    error| `q80` scaled by √variance (the kriging variance its layout family's evidence leaves, 1 without
+    any), in quadrature with EXTRAPOLATION_PER_DISTANCE × the distance to the nearest recorded run of
+    the exact layout (`evidence_distance`, recommend's distance units; None: never recorded). A layout
+    unsupported within SUPPORT_DISTANCE gets UNSUPPORTED_LOWER below (at least) and the distance cap above."""
+    base = q80 * math.sqrt(max(variance, 0.0))
+    d = SUPPORT_DISTANCE if evidence_distance is None else min(evidence_distance, SUPPORT_DISTANCE)
+    half = math.hypot(base, EXTRAPOLATION_PER_DISTANCE * d)
+    supported = evidence_distance is not None and evidence_distance <= SUPPORT_DISTANCE
+    return (half if supported else max(half, UNSUPPORTED_LOWER)), half
+
 
 def _family(row: dict[str, Any]) -> tuple:
     return (row.get("tp"), row.get("pp"), row.get("cp") or 1, row.get("recompute") or "none")
@@ -83,7 +115,7 @@ class Anchors:
         groups: dict[tuple, list[tuple[dict[str, Any], float, float]]] = defaultdict(list)
         residuals: list[tuple[dict[str, Any], float]] = []
         for r in rows:
-            t = th.config_terms(r)
+            t = th.config_terms(r, fit.network_gb_s)
             if t is None or not r.get("tokens_per_sec_per_gpu"):
                 continue
             pred = t.tokens_per_gpu / th.step_time(t, fit.params)[0]

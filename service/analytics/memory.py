@@ -151,15 +151,22 @@ class _Model:
     ffn: int
     vocab: int
     tied: bool
+    gated: bool = True
 
     @property
     def head_dim(self) -> int:
         return self.h // self.heads
 
+    @property
+    def mlp_matrices(self) -> int:
+        """3 for a gated MLP (SwiGLU/GeGLU: gate, up, down — Shazeer 2020, arXiv 2002.05202), 2 for
+        GPT's plain GELU MLP (up, down — Radford et al. 2019); Megatron-Core's `gated_linear_unit`."""
+        return 3 if self.gated else 2
+
     def layer_params(self) -> int:
-        """Llama block: q,o (h·h each), k,v (h·kv·d each), SwiGLU gate/up/down (3·h·ffn), 2 RMSNorms."""
+        """One block: q,o (h·h each), k,v (h·kv·d each), the MLP (mlp_matrices·h·ffn), 2 norms."""
         qd, kvd = self.heads * self.head_dim, self.kv * self.head_dim
-        return 2 * self.h * qd + 2 * self.h * kvd + 3 * self.h * self.ffn + 2 * self.h
+        return 2 * self.h * qd + 2 * self.h * kvd + self.mlp_matrices * self.h * self.ffn + 2 * self.h
 
     def total_params(self) -> int:
         emb = self.vocab * self.h * (1 if self.tied else 2)
@@ -195,15 +202,20 @@ def _resolve_model(run: dict, notes: list[str]) -> _Model:
     heads = _default(_pos_int(run, "num_heads"), max(1, h // 128), notes, "num_heads=h/128 (head_dim 128)")
     kv = _default(_pos_int(run, "num_kv_heads"), heads, notes, "num_kv_heads=num_heads (no GQA)")
     ffn = _pos_int(run, "ffn_hidden_size")
-    model = _Model(h, layers, heads, kv, 0, vocab, tied)
+    gated = _default(_flag(run, "gated_linear_unit"), True, notes,
+                     "gated_linear_unit=True (not reported: a gated SwiGLU MLP of three matrices, as Llama's)")
+    model = _Model(h, layers, heads, kv, 0, vocab, tied, gated)
     if ffn is None:
-        if n is not None:  # solve N = L·(attn + 3·h·ffn + 2h) + emb + h for ffn, round to 256
+        if n is not None:  # solve N = L·(attn + k·h·ffn + 2h) + emb + h for ffn (k MLP matrices), round to 256
             rest = (n - model.total_params()) / layers
-            ffn = max(256, int(round(rest / (3 * h) / 256)) * 256)
+            ffn = max(256, int(round(rest / (model.mlp_matrices * h) / 256)) * 256)
             notes.append(f"ffn_hidden_size={ffn} inferred from model_params")
-        else:
+        elif gated:
             ffn = int(math.ceil(8 * h / 3 / 256)) * 256
             notes.append(f"ffn_hidden_size={ffn} (SwiGLU 8h/3)")
+        else:
+            ffn = 4 * h
+            notes.append(f"ffn_hidden_size={ffn} (GPT's 4h)")
     model.ffn = ffn
     if n is not None and abs(model.total_params() - n) > 0.05 * n:
         notes.append(f"dims give {model.total_params():,} params vs model_params {n:,}; dims used")
@@ -227,7 +239,7 @@ def _stage_split(model: _Model, pp: int, balanced: bool) -> tuple[list[int], int
     if not balanced:
         base, extra_layers = divmod(model.layers, pp)
         return [base + (1 if r < extra_layers else 0) for r in range(pp)], pp - 1
-    c = 4 * model.heads * model.head_dim * model.h + 3 * model.ffn * model.h
+    c = 4 * model.heads * model.head_dim * model.h + model.mlp_matrices * model.ffn * model.h
     total = model.layers * c + model.vocab * model.h
     counts, rank, cum = [0] * pp, 0, 0
     for _ in range(model.layers):
@@ -245,16 +257,20 @@ def _activation_bytes_per_token(model: _Model, seq: int, tp: int, sp: bool, reco
     [K22] §4.1 derivation applied to a Llama block (RMSNorm, GQA, SwiGLU, no dropout), bf16:
       replicated across TP unless sequence parallel: 2 norm inputs + 2 column-linear inputs = 8h;
       TP-sharded: q,k,v 2(q_dim + 2·kv_dim), attention output 2·q_dim, SwiGLU gate/up output 4·ffn,
-      silu(gate) 2·ffn, product 2·ffn (down-proj input); without FlashAttention + 5·a·s (K22's
-      5as/h term × h). For GPT's 4h-GeLU block (+ two 1-byte dropout masks) this gives K22's 34h.
-    selective: also recompute the attention core and the SwiGLU elementwise outputs (−4·ffn);
+      silu(gate) 2·ffn, product 2·ffn (down-proj input) — a plain GELU MLP (gated_linear_unit
+      False) keeps its up-proj output 2·ffn and gelu output 2·ffn (down-proj input); without
+      FlashAttention + 5·a·s (K22's 5as/h term × h). For GPT's 4h-GeLU block (ffn = 4h) this gives
+      8h + 8h + 16h = 32h, K22's 34h less its two 1-byte dropout masks.
+    selective: also recompute the attention core and the MLP's elementwise outputs (−4·ffn gated,
+      −2·ffn plain);
     op_sac (torchtitan's selective_ac_option="op"): keep the layer input, the attention output
     and every other matmul output (wq, wv, w1, w2 of the 7); full: keep only the layer input 2h
     (K22 "full recompute"), recompute one layer at a time.
     """
     h, qd, kvd, f = model.h, model.heads * model.head_dim, model.kv * model.head_dim, model.ffn
     replicated = 8 * h
-    sharded = 2 * (qd + 2 * kvd) + 2 * qd + 8 * f
+    mlp, mlp_recomputed = (8 * f, 4 * f) if model.gated else (4 * f, 2 * f)
+    sharded = 2 * (qd + 2 * kvd) + 2 * qd + mlp
     core = 0 if flash else 5 * model.heads * seq
     full_layer = (replicated / tp if sp else replicated) + (sharded + core) / tp
     if recompute == "full":
@@ -263,7 +279,7 @@ def _activation_bytes_per_token(model: _Model, seq: int, tp: int, sp: bool, reco
         layer_input = 2 * h / tp if sp else 2 * h
         kept = layer_input + (2 * qd + 2 * kvd + 2 * f + 2 * h + 2 * qd) / tp  # wq wv w1 w2 + attn out
     elif recompute == "selective":
-        kept = (replicated / tp if sp else replicated) + (sharded - 4 * f) / tp
+        kept = (replicated / tp if sp else replicated) + (sharded - mlp_recomputed) / tp
     else:
         kept = full_layer
     return kept, full_layer
@@ -310,8 +326,13 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
     nanotron = framework in ("", "nanotron") or "nanotron" in framework
     if not framework:
         notes.append("framework=nanotron (its ZeRO all-gather staging and DDP buckets counted)")
+    # fp32 gradient accumulation unless reported: nanotron's default (accumulate_grad_in_fp32), and
+    # Megatron-LM's for bf16 (arguments.py turns accumulate_allreduce_grads_in_fp32 on with --bf16);
+    # with fp16 Megatron keeps fp16 main grads (the loss scaler guards their range)
     fp32_accum = False if precision == "fp32" else _default(
-        _flag(run, "accumulate_grad_in_fp32"), True, notes, "accumulate_grad_in_fp32=True (nanotron/Megatron default)")
+        _flag(run, "accumulate_grad_in_fp32"), precision != "fp16", notes,
+        "accumulate_grad_in_fp32=False (fp16: Megatron keeps fp16 grads)" if precision == "fp16"
+        else "accumulate_grad_in_fp32=True (nanotron's default; Megatron's with bf16)")
     tp_mode = str(_get(run, "tp_mode") or "").upper()
     sp_flag = _flag(run, "sequence_parallel")
     if sp_flag is None and tp_mode:

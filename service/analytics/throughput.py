@@ -61,11 +61,11 @@ from scipy.optimize import least_squares
 from sqlalchemy.orm import Session
 
 from service import hardware
-from service.analytics.throughput_terms import Terms, as_arrays, terms
+from service.analytics.throughput_terms import OPTIMIZER_BYTES, Terms, as_arrays, terms
 from service.tables import Run
 
-PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_x", "a_dp", "a_zero", "a_bubble", "alpha_pp_x", "a_act",
-          "a_logit")
+PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_pp", "alpha_tp_x", "a_dp", "a_dp_n", "a_zero", "a_bubble",
+          "alpha_pp_x", "b_act", "b_logit", "b_score", "kappa")
 #: the documented prior: the fit on the Ultra-Scale Playbook sweep (all 12 cells of bench_calibration.csv,
 #: H100 nanotron, pre-fix pipeline runs retired as bench/recommend_loo.py does), rounded; used when a
 #: group has too few configurations, and as the fit's starting point. Except k_h: the GEMM-width term is
@@ -73,20 +73,25 @@ PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_x", "a_dp", "a_zero", "a
 #: subsets settle anywhere from 10 to 70, and a start at 0 lands the fits without the 8.86B runs in a worse
 #: minimum (held-out 8.86B error 5.1 % against 2.2 % from 37: bench/RESULTS.md). The prior keeps 37, the
 #: value of the stop-14 fit, so that the fallback keeps a GEMM-width effect (e = 0.93·e_max at h/tp = 512)
-PRIOR = {"e_max": 0.59, "k_h": 37.0, "a_tp": 1.02, "alpha_tp": 2.3e-4, "alpha_tp_x": 3e-3, "a_dp": 1.22, "a_zero": 0.6,
-         "a_bubble": 1.03, "alpha_pp_x": 1.1e-3, "a_act": 1.32e5, "a_logit": 3.1e4}
-_LOWER = {"e_max": 0.05, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "alpha_tp_x": 0.0, "a_dp": 0.0, "a_zero": 0.0,
-          "a_bubble": 0.3, "alpha_pp_x": 0.0, "a_act": 0.0, "a_logit": 0.0}
-_UPPER = {"e_max": 1.0, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "alpha_tp_x": 0.5, "a_dp": 3.0, "a_zero": 3.0,
-          "a_bubble": 4.0, "alpha_pp_x": 0.5, "a_act": 1e6, "a_logit": 1e6}
+PRIOR = {"e_max": 0.59, "k_h": 37.0, "a_tp": 1.02, "alpha_tp": 5e-5, "alpha_tp_pp": 3e-4, "alpha_tp_x": 3e-5, "a_dp": 1.22, "a_dp_n": 0.0, "a_zero": 0.6,
+         "a_bubble": 1.03, "alpha_pp_x": 1.1e-3, "b_act": 450.0, "b_logit": 105.0, "b_score": 45.0, "kappa": 3e-4}
+_LOWER = {"e_max": 0.05, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "alpha_tp_pp": 0.0, "alpha_tp_x": 0.0, "a_dp": 0.0, "a_dp_n": 0.0, "a_zero": 0.0,
+          "a_bubble": 0.3, "alpha_pp_x": 0.0, "b_act": 0.0, "b_logit": 0.0, "b_score": 0.0, "kappa": 0.0}
+_UPPER = {"e_max": 0.9, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "alpha_tp_pp": 0.05, "alpha_tp_x": 0.5, "a_dp": 10.0, "a_dp_n": 3.0, "a_zero": 10.0,
+          "a_bubble": 4.0, "alpha_pp_x": 0.5, "b_act": 5000.0, "b_logit": 2000.0, "b_score": 500.0, "kappa": 0.01}
 A_CP = 0.3
+#: exponent of the smooth maximum of the GPU's time and the CPU's launch time (the GPU cannot run ahead
+#: of the kernels the CPU has not launched yet): (gpu⁴ + cpu⁴)^¼ is within 19 % of max(gpu, cpu) at
+#: equality and within 1 % once one is twice the other
+LAUNCH_SMOOTHING = 4.0
 MIN_CONFIGS = 8
 #: a parameter is fitted only when at least MIN_SUPPORT fitted configurations exercise its term (the Terms
 #: field that multiplies it is non-zero); otherwise no run says anything about it and it stays at the PRIOR
 #: (e.g. α_tp_x without a competitive configuration whose TP spans nodes)
 MIN_SUPPORT = 3
-_SUPPORT = {"a_tp": "tp_bytes", "alpha_tp": "tp_collectives", "alpha_tp_x": "tp_inter", "a_dp": "dp_bytes",
-            "a_zero": "zero_gather_bytes", "alpha_pp_x": "pp_inter", "a_bubble": "pp_messages"}
+_SUPPORT = {"a_tp": "tp_bytes", "alpha_tp": "tp_collectives", "alpha_tp_pp": "tp_in_pipeline", "alpha_tp_x": "tp_inter", "a_dp": "dp_bytes", "a_dp_n": "dp_nodes_log2",
+            "a_zero": "zero_gather_bytes", "alpha_pp_x": "pp_inter", "a_bubble": "pp_messages",
+            "b_score": "score_elems"}
 #: the fit uses the configurations that compete: those within 30 % of the best tokens/s/GPU of their cell
 #: (same GPU type, framework, precision, model, seq_len, nodes × gpus per node). A configuration far slower
 #: than its cell's best is slow for reasons no term here models — a degraded or contended network, a
@@ -115,13 +120,20 @@ def step_time(t: dict[str, Any] | Terms, p: dict[str, float]) -> Any:
     many) under parameters `p`. Returns (total, compute, tp, dp, bubble, other) — floats or arrays."""
     g = t if isinstance(t, dict) else t.__dict__
     eff = p["e_max"] * g["h_shard"] / (g["h_shard"] + p["k_h"])
-    mean = (g["hw_flops"] / eff + p["a_act"] * g["act_elems"] + p["a_logit"] * g["logit_elems"]) / g["peak_flops"]
+    gpu = (g["hw_flops"] / (eff * g["peak_flops"])
+           + (p["b_act"] * g["act_elems"] + p["b_logit"] * g["logit_elems"] + p["b_score"] * g["score_elems"])
+           / g["hbm_bw"])
+    cpu = p["kappa"] * g["layer_passes"]
+    mean = (gpu ** LAUNCH_SMOOTHING + cpu ** LAUNCH_SMOOTHING) ** (1.0 / LAUNCH_SMOOTHING)
     r = g["stage_imbalance"]
     compute = mean * r
-    bubble = mean * p["a_bubble"] * (g["pp"] - r) / g["micro_batches"]
     tp = (p["a_tp"] * g["tp_bytes"] / g["tp_bw"]
-          + (p["alpha_tp"] + p["alpha_tp_x"] * g["tp_inter"]) * g["tp_collectives"])
-    dp = (p["a_dp"] * g["dp_bytes"] + p["a_zero"] * g["zero_gather_bytes"]) / g["dp_bw"]
+          + (p["alpha_tp"] + p["alpha_tp_pp"] * g["tp_in_pipeline"] + p["alpha_tp_x"] * g["tp_inter"])
+          * g["tp_ring_steps"])
+    bubble = (mean + tp) * p["a_bubble"] * (g["pp"] - r) / g["micro_batches"]
+    dp = ((1.0 + p["a_dp_n"] * g["dp_nodes_log2"]) * (p["a_dp"] * g["dp_bytes"] + p["a_zero"] * g["zero_gather_bytes"])
+          / g["dp_bw"]
+          + OPTIMIZER_BYTES * g["opt_params"] / g["hbm_bw"])
     other = (A_CP * g["cp_bytes"] / g["cp_bw"] + g["pp_bytes"] / g["pp_bw"]
              + p["alpha_pp_x"] * g["pp_messages"] * g["pp_inter"])
     return compute + bubble + tp + dp + other, compute, tp, dp, bubble, other
@@ -149,6 +161,7 @@ class Fit:
     loo_log_sigma: float = PRIOR_SPREAD / 1.2816
     reason: str | None = None
     n_not_competitive: int = 0
+    network_gb_s: float | None = None
 
     def describe(self) -> dict[str, Any]:
         """The fit as the API shows it."""
@@ -160,12 +173,29 @@ class Fit:
                 "params": {k: float(f"{v:.4g}") for k, v in self.params.items()}, "reason": self.reason}
 
 
-def config_terms(row: dict[str, Any]) -> Terms | None:
-    """Terms of an aggregated configuration row (its recorded bandwidths used), None if incomplete."""
+def config_terms(row: dict[str, Any], network_gb_s: float | None = None) -> Terms | None:
+    """Terms of an aggregated configuration row (its recorded intra-node bandwidth used; the
+    cluster's network reference `network_gb_s`, network_reference), None if incomplete."""
     try:
-        return terms(row, dp_bw_recorded=row.get("allreduce_gb_s"), intra_bw_recorded=row.get("ar_intra_gb_s"))
+        return terms(row, network_gb_s=network_gb_s, intra_bw_recorded=row.get("ar_intra_gb_s"))
     except (ValueError, ZeroDivisionError):
         return None
+
+
+def network_reference(rows: list[dict[str, Any]], gpu_type: str | None) -> tuple[float | None, str]:
+    """The cluster's full-node all-reduce bus bandwidth across nodes (GB/s) as `gpu_type`'s runs
+    recorded it: the median of their recorded all-reduce bandwidth (allreduce_gb_s) at the smallest
+    node count above 1 that recorded one — the least latency-bound reading (the sweep's halves with
+    every doubling of nodes, while the gradient reduction's own time grows far less: throughput_terms,
+    dp_nodes_log2). (None, why) when none recorded it: the catalog's line rate is used."""
+    by_nodes: dict[int, list[float]] = {}
+    for r in rows:
+        if r["gpu_type"] == gpu_type and (r.get("nodes") or 0) > 1 and r.get("allreduce_gb_s"):
+            by_nodes.setdefault(int(r["nodes"]), []).append(float(r["allreduce_gb_s"]))
+    if not by_nodes:
+        return None, "catalog network line rate (no run recorded its all-reduce bandwidth across nodes)"
+    n = min(by_nodes)
+    return statistics.median(by_nodes[n]), f"the all-reduce bandwidth recorded at {n} nodes (median)"
 
 
 def cell_key(r: dict[str, Any]) -> tuple:
@@ -183,17 +213,20 @@ def competitive(usable: list[tuple[dict[str, Any], Terms]]) -> list[tuple[dict[s
     return [(r, t) for r, t in usable if float(r["tokens_per_sec_per_gpu"]) >= COMPETITIVE_FRACTION * best[cell_key(r)]]
 
 
-def fit(rows: list[dict[str, Any]], group: dict[str, Any]) -> Fit:
+def fit(rows: list[dict[str, Any]], group: dict[str, Any], network_gb_s: float | None = None) -> Fit:
     """Least-squares fit of the parameters to configuration rows (load_configs' dicts with
-    `tokens_per_sec_per_gpu`, `n_runs`, `first_id`): those that compete in their cell (competitive()).
-    Fewer than MIN_CONFIGS such rows → the PRIOR, with the reason."""
-    costed = [(r, t) for r in rows if (t := config_terms(r)) is not None and r.get("tokens_per_sec_per_gpu")]
+    `tokens_per_sec_per_gpu`, `n_runs`, `first_id`): those that compete in their cell (competitive()),
+    costed with the cluster's network reference `network_gb_s` (GB/s, network_reference; None: the
+    catalog's). Fewer than MIN_CONFIGS such rows → the PRIOR, with the reason."""
+    costed = [(r, t) for r in rows if (t := config_terms(r, network_gb_s)) is not None
+              and r.get("tokens_per_sec_per_gpu")]
     usable = competitive(costed)
     n_runs = sum(int(r.get("n_runs") or 1) for r, _ in usable)
     ids = [int(r["first_id"]) for r, _ in usable if r.get("first_id") is not None]
     slow = len(costed) - len(usable)
     if len(usable) < MIN_CONFIGS:
         return Fit(dict(PRIOR), "prior", group, len(usable), n_runs, ids, n_not_competitive=slow,
+                   network_gb_s=network_gb_s,
                    reason=f"{len(usable)} usable configuration(s) < {MIN_CONFIGS}: the documented prior "
                           "(fit on the Ultra-Scale Playbook sweep, H100 nanotron) is used")
     arr = as_arrays([t for _, t in usable])
@@ -217,6 +250,7 @@ def fit(rows: list[dict[str, Any]], group: dict[str, Any]) -> Fit:
     hat = np.einsum("ij,jk,ik->i", jac, np.linalg.pinv(jac.T @ jac), jac)
     loo = res.fun / np.clip(1.0 - hat, 0.05, None)
     return Fit(params(res.x), "fitted", group, len(usable), n_runs, ids, n_not_competitive=slow,
+               network_gb_s=network_gb_s,
                loo_median_rel_err=float(np.median(np.abs(np.expm1(loo)))),
                loo_log_q80=float(np.quantile(np.abs(loo), 0.8)),
                loo_log_sigma=float(1.4826 * np.median(np.abs(loo))))
@@ -301,7 +335,21 @@ class Model:
     def __init__(self, rows: list[dict[str, Any]]):
         self.rows = rows
         self._fits: dict[tuple, Fit] = {}
-        self._bw: dict[tuple, tuple[float | None, float | None, str]] = {}
+        self._net: dict[str | None, tuple[float | None, str]] = {}
+        self._intra: dict[str | None, float | None] = {}
+
+    def network(self, gpu_type: str | None) -> tuple[float | None, str]:
+        """network_reference of `gpu_type` over the request's rows (once per GPU type)."""
+        if gpu_type not in self._net:
+            self._net[gpu_type] = network_reference(self.rows, gpu_type)
+        return self._net[gpu_type]
+
+    def intra(self, gpu_type: str | None) -> float | None:
+        """Median recorded intra-node all-reduce bus bandwidth (GB/s) of `gpu_type`'s runs, None → catalog."""
+        if gpu_type not in self._intra:
+            vals = [float(r["ar_intra_gb_s"]) for r in self.rows if r["gpu_type"] == gpu_type and r.get("ar_intra_gb_s")]
+            self._intra[gpu_type] = statistics.median(vals) if vals else None
+        return self._intra[gpu_type]
 
     def fit_for(self, gpu_type: str | None, framework: str | None) -> Fit:
         """The fit for a target GPU type and framework: the runs of that pair; else the same
@@ -311,7 +359,7 @@ class Model:
         if key in self._fits:
             return self._fits[key]
         same = [r for r in self.rows if r["gpu_type"] == gpu_type and r["framework"] == framework]
-        result = fit(same, {"gpu_type": gpu_type, "framework": framework})
+        result = fit(same, {"gpu_type": gpu_type, "framework": framework}, self.network(gpu_type)[0])
         if result.status == "prior":
             by_gpu: dict[str, list[dict[str, Any]]] = {}
             for r in self.rows:
@@ -319,58 +367,34 @@ class Model:
                     by_gpu.setdefault(r["gpu_type"], []).append(r)
             if by_gpu:
                 other = max(by_gpu, key=lambda g: (len(by_gpu[g]), g))
-                moved = fit(by_gpu[other], {"gpu_type": other, "framework": framework})
+                moved = fit(by_gpu[other], {"gpu_type": other, "framework": framework}, self.network(other)[0])
                 if moved.status == "fitted":
                     moved.reason = (f"{len(same)} configuration(s) of {framework} on {gpu_type}: fitted on "
                                     f"{other} runs and carried to {gpu_type} through the catalog's peak "
-                                    "FLOP/s and link bandwidths")
+                                    "FLOP/s, HBM and link bandwidths")
                     moved.loo_log_q80 *= 1.5
                     moved.loo_log_sigma *= 1.5
                     result = moved
         self._fits[key] = result
         return result
 
-    def bandwidths(self, gpu_type: str | None, nodes: int) -> tuple[float | None, float | None, str]:
-        """Median recorded (inter-node all-reduce, intra-node all-reduce) GB/s of `gpu_type`'s runs
-        at `nodes` nodes, else at the nearest node count that recorded them; (None, None) → catalog."""
-        if (gpu_type, nodes) not in self._bw:
-            self._bw[(gpu_type, nodes)] = self._bandwidths(gpu_type, nodes)
-        return self._bw[(gpu_type, nodes)]
-
-    def _bandwidths(self, gpu_type: str | None, nodes: int) -> tuple[float | None, float | None, str]:
-        by_nodes: dict[int, tuple[list[float], list[float]]] = {}
-        for r in self.rows:
-            if r["gpu_type"] == gpu_type and r["nodes"] and (r["allreduce_gb_s"] or r["ar_intra_gb_s"]):
-                inter, intra = by_nodes.setdefault(int(r["nodes"]), ([], []))
-                if r["allreduce_gb_s"]:
-                    inter.append(float(r["allreduce_gb_s"]))
-                if r["ar_intra_gb_s"]:
-                    intra.append(float(r["ar_intra_gb_s"]))
-        if not by_nodes:
-            return None, None, "catalog link bandwidths (no run recorded its collective bandwidths)"
-        near = min(by_nodes, key=lambda n: (abs(math.log(n / nodes)), -n))
-        inter, intra = by_nodes[near]
-        return (statistics.median(inter) if inter else None, statistics.median(intra) if intra else None,
-                f"median all-reduce bandwidth recorded at {near} node(s)"
-                + ("" if near == nodes else f" (none recorded at {nodes})"))
-
-    def predict(self, cfg: dict[str, Any], framework: str | None, *, widen: float = 0.0) -> dict[str, Any]:
+    def predict(self, cfg: dict[str, Any], framework: str | None) -> dict[str, Any]:
         """Prediction for configuration `cfg` (run-record fields, with the target's model, seq_len,
         nodes, gpus_per_node, gpu_type, precision): tokens_per_sec_per_gpu, mfu, step_time_s, the
-        step-time breakdown (s), interval [lo, hi] of tokens/s/GPU, the fit it came from.
-        `widen`: extra relative uncertainty for extrapolation (the evidence's distance).
+        step-time breakdown (s), interval [lo, hi] of tokens/s/GPU (the fit's held-out 80 % error;
+        recommend.predicted_for widens it for extrapolation), the fit it came from.
         Raises ValueError when the config cannot be costed (unknown GPU, missing seq_len)."""
         gpu = hardware.canonical_gpu_type(cfg.get("gpu_type"))
         f = self.fit_for(gpu, framework)
-        inter, intra, bw_source = self.bandwidths(gpu, int(cfg.get("nodes") or 1))
-        t = terms(cfg, dp_bw_recorded=inter, intra_bw_recorded=intra)
+        network, bw_source = self.network(gpu)
+        t = terms(cfg, network_gb_s=network, intra_bw_recorded=self.intra(gpu))
         total, compute, tp, dp, bubble, other = step_time(t, f.params)
         tps = t.tokens_per_gpu / total
-        half = f.loo_log_q80 * (1.0 + widen)
+        half = f.loo_log_q80
         return {"tokens_per_sec_per_gpu": tps, "mfu": t.model_flops / (total * t.peak_flops),
                 "step_time_s": total,
                 "breakdown_s": {"compute": compute, "pipeline_bubble": bubble, "tp_comm": tp, "dp_comm": dp,
                                 "other": other},
                 "interval": [tps * math.exp(-half), tps * math.exp(half)],
-                "bandwidth_source": bw_source if t.dp_bytes else None,
+                "bandwidth_source": bw_source if t.dp_nodes_log2 or t.tp_inter else None,
                 "fit": (f.group.get("gpu_type"), f.group.get("framework"), f.status)}
