@@ -34,6 +34,7 @@ import sqlalchemy as sa
 from scipy.stats import norm
 from sqlalchemy.orm import Session
 
+from core.rules import CONFIG_FIELDS
 from service.analytics import recommend as rec
 from service.tables import Run
 
@@ -51,7 +52,7 @@ def best_recorded(session: Session, ctx: dict[str, Any]) -> dict[str, Any] | Non
     if run is None:
         return None
     return {"id": run.id, "tokens_per_sec_per_gpu": run.tokens_per_sec_per_gpu,
-            "config": {f: getattr(run, f) for f in rec.CONFIG_FIELDS}}
+            "config": {f: getattr(run, f) for f in CONFIG_FIELDS}}
 
 
 def expected_improvement(mu: float, best: float, sigma: float) -> float:
@@ -94,7 +95,7 @@ def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, An
         lower = math.log(p["tokens_per_sec_per_gpu"] / p["interval"][0])
         shift = max(0.0, lower - Z80 * sigma)
         ei = expected_improvement(p["tokens_per_sec_per_gpu"] * math.exp(-shift), y, sigma)
-        ranked.append((-ei, tuple(str(item.config[f]) for f in rec.CONFIG_FIELDS), item, ei, sigma))
+        ranked.append((-ei, tuple(str(item.config[f]) for f in CONFIG_FIELDS), item, ei, sigma))
     ranked.sort(key=lambda e: e[:2])
     out: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
