@@ -44,10 +44,10 @@ if str(REPO) not in sys.path:
 
 from bench import benchtool  # noqa: E402
 from bench.memory_accuracy import data_dir  # noqa: E402
+from core.model import model_size_class  # noqa: E402
 from service.analytics import recommend as rec  # noqa: E402
 from service.analytics import throughput as th  # noqa: E402
 from service.analytics.memory import estimate_memory  # noqa: E402
-from core.model import model_size_class  # noqa: E402
 
 GPU = "A100-SXM-80GB"
 FRAMEWORK = "megatron-deepspeed"
@@ -88,7 +88,7 @@ def rank_measured(train: list[dict[str, Any]], test: list[dict[str, Any]]) -> li
     model = th.Model(train)
     fit = model.fit_for(t0["gpu_type"], t0["framework"])
     ctx = {k: t0[k] for k in ("model_params", "seq_len", "nodes", "gpus_per_node", "gpu_type", "precision",
-                              "framework", *rec.DIM_FIELDS, "gated_linear_unit", "flash_attention")}
+                              "framework", *rec.DIM_FIELDS, "flash_attention")}
     ctx["size_class"] = t0["model_size_class"]
     prep = rec.Prepared(train, ctx, model, fit, [], [])
     anchors, by_layout = rec.anchors_for(prep), rec.layout_distances(prep)

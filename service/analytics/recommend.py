@@ -53,7 +53,8 @@ from service.errors import BadRequest
 from service.tables import Run
 
 LAYOUT_FIELDS = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute")
-DIM_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
+DIM_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size",
+              "gated_linear_unit")
 _RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
 _POW2 = (1, 2, 4, 8, 16, 32, 64)
 #: the most the interval's half-width is widened by (× (1 + widen)) for extrapolation
@@ -96,6 +97,7 @@ class Target:
     num_kv_heads: int | None = None
     ffn_hidden_size: int | None = None
     vocab_size: int | None = None
+    gated_linear_unit: bool | None = None
 
     @property
     def world_size(self) -> int:
@@ -169,12 +171,12 @@ def _complete_target(target: Target, rows: list[dict[str, Any]], notes: list[str
     ctx["gpu_type"] = gpu
     dims = {f: getattr(target, f) for f in DIM_FIELDS}
     same_size = [r for r in ranked if r["model_size_class"] == size_class and r["hidden_size"]]
-    if not any(dims.values()) and same_size:
+    if all(v is None for v in dims.values()) and same_size:
         dims = {f: same_size[0][f] for f in DIM_FIELDS}
         ctx["model_params"] = same_size[0]["model_params"] or target.model_params
         notes.append(f"model dims from the recorded {size_class:g}B runs (run #{same_size[0]['first_id']})")
     ctx.update(dims)
-    if not all(dims.get(f) for f in DIM_FIELDS):
+    if not all(dims.get(f) is not None for f in DIM_FIELDS):
         # what the target leaves out is inferred from model_params, as the memory and throughput models do
         # (core.model.resolve_shape): said, so that the answer is read for those dims
         inferred: list[str] = []
@@ -184,7 +186,7 @@ def _complete_target(target: Target, rows: list[dict[str, Any]], notes: list[str
             inferred = []
         inferred = [n for n in inferred if not n.startswith("dims give")]  # a check, not an inference
         if inferred:
-            given = any(getattr(target, f) for f in DIM_FIELDS)
+            given = any(getattr(target, f) is not None for f in DIM_FIELDS)
             source = ("the target leaves out" if given else "the records leave out" if same_size
                       else "neither given nor recorded")
             notes.append(f"model dims {source}, inferred from model_params {ctx['model_params']:,}: "
@@ -277,7 +279,7 @@ def layouts(ctx: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, A
 
 def _run_record(cfg: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
     rec = {k: ctx.get(k) for k in ("model_params", "seq_len", "nodes", "gpus_per_node", "gpu_type", "precision",
-                                   "framework", *DIM_FIELDS, "gated_linear_unit", "flash_attention")}
+                                   "framework", *DIM_FIELDS, "flash_attention")}
     rec.update(cfg)
     return rec
 

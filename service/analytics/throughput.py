@@ -3,47 +3,58 @@
 Step time of one optimizer step on one GPU, decomposed as in the Ultra-Scale Playbook [UP] and
 Megatron-LM [NA21] (the physical terms and their sources: service/analytics/throughput_terms.py):
 
-    t = t_compute · r + a_bubble · t_compute · (pp − r)/m  1F1B: (m−1)·τ_max + Σ τ_stage [NA21 §2.2]: the slowest
+    t = τ · r + a_bubble · (τ + t_tp) · (pp − r)/m         1F1B: (m−1)·τ_max + Σ τ_stage [NA21 §2.2]: the slowest
                                                           stage (r = τ_max/τ_mean ≥ 1) sets the pace; with even
                                                           stages (r = 1) the bubble is (p−1)/(m+p−1) of the step
-        + a_tp · tp_bytes / tp_bw                         exposed TP collectives [NA21 §3.2], [UP TP/SP]:
-        + (α_tp + α_tp_x · [tp > node]) · n_tp            volume and a latency per collective (Hockney α–β),
-                                                          the network's larger once TP spans nodes
-        + a_dp · dp_bytes / dp_bw                         exposed DP / ZeRO gradient sync [UP DP, ZeRO]
-        + a_zero · zero_gather_bytes / dp_bw              ZeRO-1/2 parameter all-gather after the step
+        + t_tp                                            exposed TP collectives [NA21 §3.2], [UP TP/SP]
+        + (1 + a_dp_n·log2 n_dp)(a_dp·dp_bytes + a_zero·zero_gather_bytes)/dp_bw
+                                                          exposed DP / ZeRO gradient sync [UP DP, ZeRO], growing
+                                                          with the nodes n_dp its group spans (ring / tree depth)
+        + OPTIMIZER_BYTES · opt_params / hbm              the optimizer update, memory-bound, sharded by ZeRO
         + A_CP · cp_bytes / cp_bw                         exposed ring-attention exchange [UP CP]
         + pp_bytes / pp_bw                                pipeline point-to-point sends [NA21 §2.2]
         + α_pp_x · 2(m + pp − 1) · [stages on other nodes] their latency on the 1F1B critical path
-    t_compute = (hw_flops / eff + a_act · n_act + a_logit · n_logit) / peak      one GPU's mean stage
+    t_tp = a_tp · tp_bytes / tp_bw + (α_tp + α_tp_pp·[tp>1, pp>1] + α_tp_x·[tp > node]) · 2(tp−1) · n_tp
+                                                          volume, and a latency per ring step (Hockney α–β;
+                                                          Thakur et al. 2005: 2(t−1) steps per all-reduce)
+    τ = smoothmax(t_gpu, κ · layer passes)                one GPU's mean stage: the GPU's work, or the CPU's
+                                                          kernel launches when they take longer
+    t_gpu = hw_flops / (eff · peak) + (b_act·n_act + b_logit·n_logit + b_score·n_score) / hbm
     eff = e_max · hs/(hs + k_h)                           achieved fraction of the dense peak in the matmuls
 
-hw_flops: the matmul FLOPs the GPU executes (throughput_terms: the input embedding is a lookup, not a
-matmul). hs = h/tp, the K/N of the GPU's matmuls: narrow matmuls reach a smaller fraction of peak
-([UP] "the GEMMs get smaller" under TP; the saturating form is the usual occupancy curve).
-n_act = tokens·L·h and n_logit = tokens·V per GPU: the memory-bound elementwise work around the
-matmuls (RMSNorm, SwiGLU, rotary, residual adds, per layer over the h-wide activations; softmax and
-cross-entropy over the V-wide logits), whose time grows with the bytes moved, not with FLOPs — the
-roofline's memory-bound side (Williams, Waterman & Patterson 2009, CACM 52(4)); Korthikanti et al.
-2022 (arXiv 2205.05198) §4 count these activations per layer. The catalog has no HBM bandwidth, so
-a_act and a_logit are in FLOP-equivalents of the peak per element (fitted per GPU type: its
-FLOP:byte balance is absorbed; a fit carried to another GPU assumes the same balance). Their weight
-falls as h grows (elementwise ∝ L·h against matmuls ∝ L·h²): small models reach a lower MFU.
+hw_flops: the matmul FLOPs the GPU executes (the input embedding is a lookup, not a matmul; a gated MLP
+has three matrices, a plain one two: core/model.ModelShape). hs = h/tp, the K/N of the GPU's matmuls:
+narrow matmuls reach a smaller fraction of peak ([UP] "the GEMMs get smaller" under TP; the saturating
+form is the usual occupancy curve). n_act = tokens·L·h, n_logit = tokens·V and, without FlashAttention,
+n_score = tokens·L·a·s per GPU: the memory-bound elementwise work around the matmuls (norms, the MLP's
+activation, rotary, residual adds over the h-wide activations; softmax and cross-entropy over the
+V-wide logits; an unfused attention core's scores), whose time is the bytes moved over the HBM
+bandwidth (core/hardware.HBM) — the roofline's memory-bound side (Williams, Waterman & Patterson 2009,
+CACM 52(4)); Korthikanti et al. 2022 (arXiv 2205.05198) §4 count these tensors. b_act, b_logit, b_score
+are the bytes moved per element, fitted; their weight falls as h grows (elementwise ∝ L·h against
+matmuls ∝ L·h²): small models reach a lower MFU. κ is the CPU time to launch one layer's forward and
+backward kernels (PyTorch's eager mode launches each kernel from Python, ~5–20 µs each, and the GPU
+idles when its kernels are shorter: the reason for CUDA graphs, NVIDIA CUDA C++ Best Practices Guide
+"Kernel launch overhead"; PyTorch "CUDA Graphs" docs): it binds for small models and micro-batches.
+α_tp_pp is the TP ring step's latency inside a pipelined stage, fitted apart: on the Ultra-Scale sweep
+TP × PP layouts pay ~4 ms per layer per micro-batch and per TP rank beyond the first, independent of
+the node count and of the micro-batch (bench/RESULTS.md, issue 25), which α_tp alone cannot describe.
 A_CP is fixed at 0.3 (most of the ring exchange overlaps the attention [UP CP]) for lack of CP runs
 to fit it on.
 
 Then tokens/s/GPU = (global batch tokens / world size) / t and MFU = model FLOPs / (t · peak)
-[PaLM appendix B]. The eleven parameters (PARAMS) are fitted by least squares on log(tokens/s)
+[PaLM appendix B]. The parameters (PARAMS) are fitted by least squares on log(tokens/s)
 (scipy.optimize.least_squares, robust loss) to the user's own successful, not retired runs with a
 known precision, per GPU type and framework, aggregated per configuration in SQL (each
 configuration's best recorded tokens/s/GPU: slower repeats are contention, a configuration is as
 fast as it has been shown to run), keeping those that compete in their cell (COMPETITIVE_FRACTION).
-Runs that recorded their collective bandwidths (nanotron's "AllReduce (GB/s)",
-extra.allreduce_gb_s / ar_intra_node_gb_s) are fitted with them; targets take the median recorded at
-the same (or the nearest) node count, else the catalog's link bandwidths (core/hardware.LINKS).
+The cluster's network is read once from its runs: their recorded all-reduce bus bandwidth at the
+smallest multi-node count (network_reference), else the catalog's link bandwidths (core/hardware.LINKS).
 
 Held-out error: the leave-one-out residuals of the fit, r_i/(1−h_ii) with h the hat matrix of the
 linearised problem (Cook & Weisberg 1982, ch. 3; exact for linear least squares, first-order
-for nonlinear), reported as the median |predicted/real − 1| and used for the interval.
+for nonlinear), reported as the median |predicted/real − 1| and used for the interval (which
+recommend.predicted_for widens with the distance to the evidence: anchor.interval_halves).
 Too few configurations (< MIN_CONFIGS) → PRIOR (the fit on the Ultra-Scale Playbook sweep's
 H100 nanotron runs; see PRIOR), and the answer says so.
 """
@@ -68,17 +79,23 @@ PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_pp", "alpha_tp_x", "a_dp
           "alpha_pp_x", "b_act", "b_logit", "b_score", "kappa")
 #: the documented prior: the fit on the Ultra-Scale Playbook sweep (all 12 cells of bench_calibration.csv,
 #: H100 nanotron, pre-fix pipeline runs retired as bench/recommend_loo.py does), rounded; used when a
-#: group has too few configurations, and as the fit's starting point. Except k_h: the GEMM-width term is
-#: weakly identified on the sweep (h/tp ≥ 256 everywhere): the fit on all 12 cells drives it to ~0, fits on
-#: subsets settle anywhere from 10 to 70, and a start at 0 lands the fits without the 8.86B runs in a worse
-#: minimum (held-out 8.86B error 5.1 % against 2.2 % from 37: bench/RESULTS.md). The prior keeps 37, the
-#: value of the stop-14 fit, so that the fallback keeps a GEMM-width effect (e = 0.93·e_max at h/tp = 512)
-PRIOR = {"e_max": 0.59, "k_h": 37.0, "a_tp": 1.02, "alpha_tp": 5e-5, "alpha_tp_pp": 3e-4, "alpha_tp_x": 3e-5, "a_dp": 1.22, "a_dp_n": 0.0, "a_zero": 0.6,
-         "a_bubble": 1.03, "alpha_pp_x": 1.1e-3, "b_act": 450.0, "b_logit": 105.0, "b_score": 45.0, "kappa": 3e-4}
-_LOWER = {"e_max": 0.05, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "alpha_tp_pp": 0.0, "alpha_tp_x": 0.0, "a_dp": 0.0, "a_dp_n": 0.0, "a_zero": 0.0,
-          "a_bubble": 0.3, "alpha_pp_x": 0.0, "b_act": 0.0, "b_logit": 0.0, "b_score": 0.0, "kappa": 0.0}
-_UPPER = {"e_max": 0.9, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "alpha_tp_pp": 0.05, "alpha_tp_x": 0.5, "a_dp": 10.0, "a_dp_n": 3.0, "a_zero": 10.0,
-          "a_bubble": 4.0, "alpha_pp_x": 0.5, "b_act": 5000.0, "b_logit": 2000.0, "b_score": 500.0, "kappa": 0.01}
+#: group has too few configurations, and as the fit's starting point. alpha_tp_x and b_score stay at
+#: values set by hand (no competitive run of the sweep has TP across nodes, none runs without
+#: FlashAttention): 30 µs per ring step across nodes (the sweep's TP16 layouts over 2 nodes, which the fit
+#: leaves out as slow, pay ~3 ms per layer per micro-batch more than TP8: ~0.8 ms per collective over its
+#: 30 ring steps) and 45 bytes per score element (Korthikanti et al.'s 5 bytes stored per score element,
+#: written and read by the softmax and dropout forward, twice that backward)
+PRIOR = {"e_max": 0.6, "k_h": 46.0, "a_tp": 0.92, "alpha_tp": 6e-7, "alpha_tp_pp": 3.2e-5, "alpha_tp_x": 3e-5,
+         "a_dp": 2.8, "a_dp_n": 0.08, "a_zero": 3.9, "a_bubble": 0.99, "alpha_pp_x": 1.2e-3, "b_act": 500.0,
+         "b_logit": 72.0, "b_score": 45.0, "kappa": 3.8e-3}
+_LOWER = {"e_max": 0.05, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "alpha_tp_pp": 0.0, "alpha_tp_x": 0.0, "a_dp": 0.0,
+          "a_dp_n": 0.0, "a_zero": 0.0, "a_bubble": 0.3, "alpha_pp_x": 0.0, "b_act": 0.0, "b_logit": 0.0,
+          "b_score": 0.0, "kappa": 0.0}
+#: e_max ≤ 0.9: no dense bf16 GEMM reaches more of the datasheet peak (NVIDIA's own H100 GEMM benchmarks
+#: reach ~75–80 %); the bytes per element are bounded by a few hundred passes over the tensor
+_UPPER = {"e_max": 0.9, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "alpha_tp_pp": 0.05, "alpha_tp_x": 0.5,
+          "a_dp": 10.0, "a_dp_n": 3.0, "a_zero": 10.0, "a_bubble": 4.0, "alpha_pp_x": 0.5, "b_act": 5000.0,
+          "b_logit": 2000.0, "b_score": 500.0, "kappa": 0.01}
 A_CP = 0.3
 #: exponent of the smooth maximum of the GPU's time and the CPU's launch time (the GPU cannot run ahead
 #: of the kernels the CPU has not launched yet): (gpu⁴ + cpu⁴)^¼ is within 19 % of max(gpu, cpu) at
@@ -89,9 +106,9 @@ MIN_CONFIGS = 8
 #: field that multiplies it is non-zero); otherwise no run says anything about it and it stays at the PRIOR
 #: (e.g. α_tp_x without a competitive configuration whose TP spans nodes)
 MIN_SUPPORT = 3
-_SUPPORT = {"a_tp": "tp_bytes", "alpha_tp": "tp_collectives", "alpha_tp_pp": "tp_in_pipeline", "alpha_tp_x": "tp_inter", "a_dp": "dp_bytes", "a_dp_n": "dp_nodes_log2",
-            "a_zero": "zero_gather_bytes", "alpha_pp_x": "pp_inter", "a_bubble": "pp_messages",
-            "b_score": "score_elems"}
+_SUPPORT = {"a_tp": "tp_bytes", "alpha_tp": "tp_collectives", "alpha_tp_pp": "tp_in_pipeline",
+            "alpha_tp_x": "tp_inter", "a_dp": "dp_bytes", "a_dp_n": "dp_nodes_log2", "a_zero": "zero_gather_bytes",
+            "alpha_pp_x": "pp_inter", "a_bubble": "pp_messages", "b_score": "score_elems"}
 #: the fit uses the configurations that compete: those within 30 % of the best tokens/s/GPU of their cell
 #: (same GPU type, framework, precision, model, seq_len, nodes × gpus per node). A configuration far slower
 #: than its cell's best is slow for reasons no term here models — a degraded or contended network, a
@@ -110,9 +127,9 @@ PRIOR_SPREAD = 0.35
 
 #: configuration columns the fit aggregates by (plus the hardware and the model)
 CONFIG_COLS = ("gpu_type", "framework", "precision", "model_params", "num_layers", "hidden_size", "num_heads",
-               "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_len", "nodes", "gpus_per_node", "dp", "tp",
-               "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute",
-               "model_size_class")
+               "num_kv_heads", "ffn_hidden_size", "vocab_size", "gated_linear_unit", "seq_len", "nodes",
+               "gpus_per_node", "dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps",
+               "recompute", "model_size_class")
 
 
 def step_time(t: dict[str, Any] | Terms, p: dict[str, float]) -> Any:
@@ -347,7 +364,8 @@ class Model:
     def intra(self, gpu_type: str | None) -> float | None:
         """Median recorded intra-node all-reduce bus bandwidth (GB/s) of `gpu_type`'s runs, None → catalog."""
         if gpu_type not in self._intra:
-            vals = [float(r["ar_intra_gb_s"]) for r in self.rows if r["gpu_type"] == gpu_type and r.get("ar_intra_gb_s")]
+            vals = [float(r["ar_intra_gb_s"]) for r in self.rows
+                    if r["gpu_type"] == gpu_type and r.get("ar_intra_gb_s")]
             self._intra[gpu_type] = statistics.median(vals) if vals else None
         return self._intra[gpu_type]
 
