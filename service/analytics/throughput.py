@@ -18,7 +18,8 @@ Megatron-LM [NA21] (the physical terms and their sources: service/analytics/thro
                                                           volume, and a latency per ring step (Hockney α–β;
                                                           Thakur et al. 2005: 2(t−1) steps per all-reduce)
     τ = smoothmax(t_gpu, κ · layer passes)                one GPU's mean stage: the GPU's work, or the CPU's
-                                                          kernel launches when they take longer
+                                                          kernel launches when they take longer (κ set:
+                                                          LAUNCH_S_PER_LAYER)
     t_gpu = hw_flops / (eff · peak) + (b_act·n_act + b_logit·n_logit + b_score·n_score) / hbm
     eff = e_max · hs/(hs + k_h)                           achieved fraction of the dense peak in the matmuls
 
@@ -33,9 +34,9 @@ bandwidth (core/hardware.HBM) — the roofline's memory-bound side (Williams, Wa
 CACM 52(4)); Korthikanti et al. 2022 (arXiv 2205.05198) §4 count these tensors. b_act, b_logit, b_score
 are the bytes moved per element, fitted; their weight falls as h grows (elementwise ∝ L·h against
 matmuls ∝ L·h²): small models reach a lower MFU. κ is the CPU time to launch one layer's forward and
-backward kernels (PyTorch's eager mode launches each kernel from Python, ~5–20 µs each, and the GPU
-idles when its kernels are shorter: the reason for CUDA graphs, NVIDIA CUDA C++ Best Practices Guide
-"Kernel launch overhead"; PyTorch "CUDA Graphs" docs): it binds for small models and micro-batches.
+backward kernels (PyTorch's eager mode launches each kernel from Python, and the GPU idles when its
+kernels are shorter: the reason for CUDA graphs, PyTorch "CUDA Graphs" docs): it binds for small
+models and micro-batches only.
 α_tp_pp is the TP ring step's latency inside a pipelined stage, fitted apart: on the Ultra-Scale sweep
 TP × PP layouts pay ~4 ms per layer per micro-batch and per TP rank beyond the first, independent of
 the node count and of the micro-batch (bench/RESULTS.md, issue 25), which α_tp alone cannot describe.
@@ -76,31 +77,40 @@ from service.analytics.throughput_terms import OPTIMIZER_BYTES, Terms, as_arrays
 from service.tables import Run
 
 PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_pp", "alpha_tp_x", "a_dp", "a_dp_n", "a_zero", "a_bubble",
-          "alpha_pp_x", "b_act", "b_logit", "b_score", "kappa")
+          "alpha_pp_x", "b_act", "b_logit", "b_score")
 #: the documented prior: the fit on the Ultra-Scale Playbook sweep (all 12 cells of bench_calibration.csv,
 #: H100 nanotron, pre-fix pipeline runs retired as bench/recommend_loo.py does), rounded; used when a
-#: group has too few configurations, and as the fit's starting point. alpha_tp_x and b_score stay at
-#: values set by hand (no competitive run of the sweep has TP across nodes, none runs without
+#: group has too few configurations, and as the fit's starting point. k_h keeps 37: the GEMM-width term is
+#: weakly identified on the sweep (h/tp ≥ 256 everywhere; the full fit drives it to ~0, fits on subsets
+#: anywhere from 10 to 70), and the fallback keeps a GEMM-width effect (e = 0.93·e_max at h/tp = 512).
+#: alpha_tp_x and b_score stay at values set by hand (no competitive run of the sweep has TP across nodes, none runs without
 #: FlashAttention): 30 µs per ring step across nodes (the sweep's TP16 layouts over 2 nodes, which the fit
 #: leaves out as slow, pay ~3 ms per layer per micro-batch more than TP8: ~0.8 ms per collective over its
 #: 30 ring steps) and 45 bytes per score element (Korthikanti et al.'s 5 bytes stored per score element,
 #: written and read by the softmax and dropout forward, twice that backward)
-PRIOR = {"e_max": 0.6, "k_h": 46.0, "a_tp": 0.92, "alpha_tp": 6e-7, "alpha_tp_pp": 3.2e-5, "alpha_tp_x": 3e-5,
-         "a_dp": 2.8, "a_dp_n": 0.08, "a_zero": 3.9, "a_bubble": 0.99, "alpha_pp_x": 1.2e-3, "b_act": 500.0,
-         "b_logit": 72.0, "b_score": 45.0, "kappa": 3.8e-3}
+PRIOR = {"e_max": 0.63, "k_h": 37.0, "a_tp": 0.72, "alpha_tp": 3e-5, "alpha_tp_pp": 4.3e-5, "alpha_tp_x": 3e-5,
+         "a_dp": 3.3, "a_dp_n": 0.056, "a_zero": 3.8, "a_bubble": 0.91, "alpha_pp_x": 1.2e-3, "b_act": 650.0,
+         "b_logit": 82.0, "b_score": 45.0}
 _LOWER = {"e_max": 0.05, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "alpha_tp_pp": 0.0, "alpha_tp_x": 0.0, "a_dp": 0.0,
           "a_dp_n": 0.0, "a_zero": 0.0, "a_bubble": 0.3, "alpha_pp_x": 0.0, "b_act": 0.0, "b_logit": 0.0,
-          "b_score": 0.0, "kappa": 0.0}
+          "b_score": 0.0}
 #: e_max ≤ 0.9: no dense bf16 GEMM reaches more of the datasheet peak (NVIDIA's own H100 GEMM benchmarks
 #: reach ~75–80 %); the bytes per element are bounded by a few hundred passes over the tensor
 _UPPER = {"e_max": 0.9, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "alpha_tp_pp": 0.05, "alpha_tp_x": 0.5,
           "a_dp": 10.0, "a_dp_n": 3.0, "a_zero": 10.0, "a_bubble": 4.0, "alpha_pp_x": 0.5, "b_act": 5000.0,
-          "b_logit": 2000.0, "b_score": 500.0, "kappa": 0.01}
+          "b_logit": 2000.0, "b_score": 500.0}
 A_CP = 0.3
 #: exponent of the smooth maximum of the GPU's time and the CPU's launch time (the GPU cannot run ahead
 #: of the kernels the CPU has not launched yet): (gpu⁴ + cpu⁴)^¼ is within 19 % of max(gpu, cpu) at
 #: equality and within 1 % once one is twice the other
 LAUNCH_SMOOTHING = 4.0
+#: κ, the CPU time to launch one layer's forward and backward kernels in eager PyTorch: ~30 kernels (norms,
+#: projections, attention, MLP, residuals, and their backward) at ~10 µs each (PyTorch's per-op dispatch
+#: plus cudaLaunchKernel; PyTorch "CUDA Graphs" documentation: launch overhead dominates small kernels).
+#: Set, not fitted: fitted to the Ultra-Scale sweep it took 3.8 ms, a per-micro-batch penalty that explained
+#: noise and made micro-batch 1 lose every near-tie (leave-one-cell-out 9 of 12 against 12 of 12 without it,
+#: bench/RESULTS.md); its H100 kernels are long enough that 0.3 ms never binds there
+LAUNCH_S_PER_LAYER = 3e-4
 MIN_CONFIGS = 8
 #: a parameter is fitted only when at least MIN_SUPPORT fitted configurations exercise its term (the Terms
 #: field that multiplies it is non-zero); otherwise no run says anything about it and it stays at the PRIOR
@@ -140,7 +150,7 @@ def step_time(t: dict[str, Any] | Terms, p: dict[str, float]) -> Any:
     gpu = (g["hw_flops"] / (eff * g["peak_flops"])
            + (p["b_act"] * g["act_elems"] + p["b_logit"] * g["logit_elems"] + p["b_score"] * g["score_elems"])
            / g["hbm_bw"])
-    cpu = p["kappa"] * g["layer_passes"]
+    cpu = LAUNCH_S_PER_LAYER * g["layer_passes"]
     mean = (gpu ** LAUNCH_SMOOTHING + cpu ** LAUNCH_SMOOTHING) ** (1.0 / LAUNCH_SMOOTHING)
     r = g["stage_imbalance"]
     compute = mean * r

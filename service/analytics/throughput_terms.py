@@ -97,7 +97,7 @@ class Terms:
     opt_params: parameters whose optimizer update this GPU runs: N/(tp·pp), over dp·cp with ZeRO ≥ 1
         (ZeRO §5: each rank steps its own shard) — a memory-bound pass of OPTIMIZER_BYTES each;
     layer_passes: layer forward+backward passes per GPU per step, L/pp × m (× 4/3 with full
-        recompute): the unit of the per-layer CPU launch time (throughput.py: kappa);
+        recompute): the unit of the per-layer CPU launch time (throughput.py: LAUNCH_S_PER_LAYER);
     tokens_per_gpu: global batch tokens / world size.
     """
 
