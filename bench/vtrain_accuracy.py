@@ -42,12 +42,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import benchtool  # noqa: E402
 from bench.memory_accuracy import data_dir  # noqa: E402
 from core.model import model_size_class  # noqa: E402
 from service.analytics import recommend as rec  # noqa: E402
 from service.analytics import throughput as th  # noqa: E402
 from service.analytics.memory import estimate_memory  # noqa: E402
+from service.cli import benchmark as benchtool  # noqa: E402
 
 GPU = "A100-SXM-80GB"
 FRAMEWORK = "megatron-deepspeed"

@@ -83,11 +83,12 @@ PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_pp", "alpha_tp_x", "a_dp
 #: group has too few configurations, and as the fit's starting point. k_h keeps 37: the GEMM-width term is
 #: weakly identified on the sweep (h/tp ≥ 256 everywhere; the full fit drives it to ~0, fits on subsets
 #: anywhere from 10 to 70), and the fallback keeps a GEMM-width effect (e = 0.93·e_max at h/tp = 512).
-#: alpha_tp_x and b_score stay at values set by hand (no competitive run of the sweep has TP across nodes, none runs without
-#: FlashAttention): 30 µs per ring step across nodes (the sweep's TP16 layouts over 2 nodes, which the fit
-#: leaves out as slow, pay ~3 ms per layer per micro-batch more than TP8: ~0.8 ms per collective over its
-#: 30 ring steps) and 45 bytes per score element (Korthikanti et al.'s 5 bytes stored per score element,
-#: written and read by the softmax and dropout forward, twice that backward)
+#: alpha_tp_x and b_score stay at values set by hand (no competitive run of the sweep has TP across
+#: nodes, none runs without FlashAttention): 30 µs per ring step across nodes (the sweep's TP16 layouts
+#: over 2 nodes, which the fit leaves out as slow, pay ~3 ms per layer per micro-batch more than TP8:
+#: ~0.8 ms per collective over its 30 ring steps) and 45 bytes per score element (Korthikanti et al.'s
+#: 5 bytes stored per score element, written and read by the softmax and dropout forward, twice that
+#: backward)
 PRIOR = {"e_max": 0.63, "k_h": 37.0, "a_tp": 0.72, "alpha_tp": 3e-5, "alpha_tp_pp": 4.3e-5, "alpha_tp_x": 3e-5,
          "a_dp": 3.3, "a_dp_n": 0.056, "a_zero": 3.8, "a_bubble": 0.91, "alpha_pp_x": 1.2e-3, "b_act": 650.0,
          "b_logit": 82.0, "b_score": 45.0}

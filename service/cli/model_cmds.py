@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -13,48 +14,56 @@ from rich.table import Table
 
 from core.rules import config_label
 from service.cli.base import (
-    Api,
-    ApiError,
+    FfnHiddenSizeOpt,
+    FrameworkOpt,
+    GatedOpt,
     GlobalBatchOpt,
     GpusPerNodeOpt,
     GpuTypeOpt,
+    HiddenSizeOpt,
     JsonOpt,
     ModelOpt,
     NodesOpt,
+    NumHeadsOpt,
+    NumKvHeadsOpt,
+    NumLayersOpt,
+    PrecisionOpt,
     SeqLenOpt,
+    VocabSizeOpt,
     app,
+    client,
     console,
     fail,
     fetch,
     print_json,
+    shape_params,
 )
+from service.client import ClientError
 
 
-def _selection(ids: list[int] | None, where: list[str] | None) -> dict[str, Any]:
-    """--id N (repeatable) and --where key=value (repeatable; the value is read as JSON when it
-    parses — false, 2, "x" — else kept as text): the request's ids and filter."""
-    body: dict[str, Any] = {}
-    if ids:
-        body["ids"] = ids
-    if where:
-        filt: dict[str, Any] = {}
-        for item in where:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                fail(f"--where {item!r}: expected key=value, e.g. extra.after_pp_fix=false or pp_min=2")
-            try:
-                filt[key] = json.loads(value)
-            except ValueError:
-                filt[key] = value
-        body["filter"] = filt
-    return body
+def _filter(where: list[str] | None) -> dict[str, Any] | None:
+    """--where key=value (repeatable; the value is read as JSON when it parses — false, 2, "x" —
+    else kept as text): the request's filter, None without --where."""
+    if not where:
+        return None
+    filt: dict[str, Any] = {}
+    for item in where:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"--where {item!r}: expected key=value, e.g. extra.after_pp_fix=false or pp_min=2")
+        try:
+            filt[key] = json.loads(value)
+        except ValueError:
+            filt[key] = value
+    return filt
 
 
-def _send(path: str, body: dict[str, Any], as_json: bool) -> None:
-    status, answer = Api().post(path, body)
-    if status >= 400:
-        err = ApiError(status, answer)
-        fail(str(err))
+def _send(change: Callable[[], Any], as_json: bool) -> None:
+    """Run a retire/unretire call of the client; exit 1 with its message when it fails."""
+    try:
+        answer = change()
+    except (ValueError, ClientError) as exc:
+        fail(str(exc))
     if as_json:
         print_json(answer)
     else:
@@ -72,7 +81,7 @@ def retire(
 ) -> None:
     """Retire runs: kept and queryable, but left out of every analytic (heatmap, recommend,
     suggest, scaling, plan, regressions, the throughput model's fit)."""
-    _send("/runs/retire", {**_selection(ids, where), "reason": reason}, as_json)
+    _send(lambda: client().retire(reason, ids, _filter(where)), as_json)
 
 
 @app.command()
@@ -82,7 +91,7 @@ def unretire(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Bring retired runs back into the analytics."""
-    _send("/runs/unretire", _selection(ids, where), as_json)
+    _send(lambda: client().unretire(ids, _filter(where)), as_json)
 
 
 @app.command()
@@ -93,6 +102,15 @@ def suggest(
     gpu_type: GpuTypeOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch_tokens: GlobalBatchOpt = None,
+    framework: FrameworkOpt = None,
+    precision: PrecisionOpt = None,
+    num_layers: NumLayersOpt = None,
+    hidden_size: HiddenSizeOpt = None,
+    num_heads: NumHeadsOpt = None,
+    num_kv_heads: NumKvHeadsOpt = None,
+    ffn_hidden_size: FfnHiddenSizeOpt = None,
+    vocab_size: VocabSizeOpt = None,
+    gated: GatedOpt = None,
     n: int = typer.Option(5, "-n", help="how many configurations"),
     as_json: JsonOpt = False,
     fmt: str = typer.Option("table", "--format", help="table | csv (one config per line, for a sweep launcher)"),
@@ -102,7 +120,9 @@ def suggest(
     if fmt not in ("table", "csv"):
         fail(f"--format {fmt!r}: table or csv")
     body = fetch("/suggest", as_json, model_params=model, nodes=nodes, gpus_per_node=gpus_per_node,
-                 gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, n=n)
+                 gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, n=n,
+                 **shape_params(framework, precision, num_layers, hidden_size, num_heads, num_kv_heads,
+                                ffn_hidden_size, vocab_size, gated))
     if body is None:
         return
     if fmt == "csv":

@@ -13,7 +13,8 @@ from service.cli.render import Col
 
 @app.command("runs")
 def runs_list(
-    model: str = typer.Option(None, "--model", help="model_name, exactly as stored"),
+    model: str = typer.Option(None, "--model", help="model size, as everywhere else: 8B, 1.34B, 8030261248"),
+    model_name: str = typer.Option(None, "--model-name", help="model_name, exactly as stored (llama3-8b)"),
     nodes: int = typer.Option(None, "--nodes"),
     gpu_type: str = typer.Option(None, "--gpu-type"),
     status: str = typer.Option(None, "--status", help="success | oom | nccl_error | timeout | failed"),
@@ -24,8 +25,8 @@ def runs_list(
 ) -> None:
     """The newest runs (or filtered, sorted): id, model, nodes × GPU, layout, status, tok/s/GPU,
     MFU, peak memory. Columns that do not fit the terminal are left out and named."""
-    body = fetch("/runs", as_json, model_name=model, nodes=nodes, gpu_type=gpu_type, status=status,
-                 framework=framework, sort=sort, limit=limit)
+    body = fetch("/runs", as_json, model_params=model, model_name=model_name, nodes=nodes, gpu_type=gpu_type,
+                 status=status, framework=framework, sort=sort, limit=limit)
     if body is None:
         return
     runs = body["runs"]
