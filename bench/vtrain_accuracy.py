@@ -44,6 +44,7 @@ if str(REPO) not in sys.path:
 
 from bench.memory_accuracy import data_dir  # noqa: E402
 from core.model import model_size_class  # noqa: E402
+from service.analytics import on_target  # noqa: E402
 from service.analytics import recommend as rec  # noqa: E402
 from service.analytics import throughput as th  # noqa: E402
 from service.analytics.memory import estimate_memory  # noqa: E402
@@ -90,7 +91,9 @@ def rank_measured(train: list[dict[str, Any]], test: list[dict[str, Any]]) -> li
     ctx = {k: t0[k] for k in ("model_params", "seq_len", "nodes", "gpus_per_node", "gpu_type", "precision",
                               "framework", *rec.DIM_FIELDS, "flash_attention")}
     ctx["size_class"] = t0["model_size_class"]
-    prep = rec.Prepared(train, ctx, model, fit, [], [])
+    cell = on_target.Cell(model_params=t0["model_params"], family=False, nodes=t0["nodes"],
+                          gpus_per_node=t0["gpus_per_node"], gpu_type=t0["gpu_type"], seq_len=t0["seq_len"])
+    prep = rec.Prepared(train, ctx, model, fit, [], [], cell, on_target.Measured(runs=[]))
     anchors, by_layout = rec.anchors_for(prep), rec.layout_distances(prep)
     out = []
     for r in test:
