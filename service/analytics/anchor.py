@@ -110,13 +110,15 @@ class Anchors:
     simple-kriging weights that carry them to a candidate.
 
     rows: load_configs' dicts; fit: the fit the candidates are predicted with; distance: a
-    function (row) -> distance of the row from the target (recommend.distance, bound)."""
+    function (row) -> distance of the row from the target (recommend.distance, bound); terms_of:
+    (row) -> its Terms (default th.config_terms under the fit's network: pass Model.terms_of's memo)."""
 
-    def __init__(self, rows: list[dict[str, Any]], fit: th.Fit, distance: Any):
+    def __init__(self, rows: list[dict[str, Any]], fit: th.Fit, distance: Any, terms_of: Any = None):
         groups: dict[tuple, list[tuple[dict[str, Any], float, float]]] = defaultdict(list)
         residuals: list[tuple[dict[str, Any], float]] = []
+        terms_of = terms_of or (lambda r: th.config_terms(r, fit.network_gb_s))
         for r in rows:
-            t = th.config_terms(r, fit.network_gb_s)
+            t = terms_of(r)
             if t is None or not r.get("tokens_per_sec_per_gpu"):
                 continue
             pred = t.tokens_per_gpu / th.step_time(t, fit.params)[0]
@@ -125,6 +127,13 @@ class Anchors:
             groups[_family(r)].append((r, res, distance(r)))
         self.lengths = correlation_lengths(residuals)
         self.groups = dict(groups)
+        # per family, its evidence as arrays for correction(): residuals, distances from the target,
+        # ln micro-batch, ZeRO stage
+        self._arrays = {key: (np.array([x for _, x, _ in g]), np.array([d for _, _, d in g]),
+                              np.array([math.log(r["micro_batch_size"]) if r.get("micro_batch_size") else math.nan
+                                        for r, _, _ in g]),
+                              np.array([r.get("zero_stage") or 0 for r, _, _ in g]))
+                        for key, g in self.groups.items()}
         # per family, the simple-kriging system of its MAX_EVIDENCE runs nearest the target (unit
         # sill, nugget NUGGET): for the posterior variance of a candidate's residual
         self._kriging: dict[tuple, tuple[list[int], Any]] = {}
@@ -162,11 +171,14 @@ class Anchors:
         with more and nearer evidence (e.g. the layout recorded on both sides of the target), 1
         without any."""
         key = _family(cfg)
-        group = self.groups.get(key)
-        if not group:
+        if key not in self._arrays:
             return 0.0, None, 1.0
-        dists = np.array([self.scaled_distance(r, d, cfg) for r, _, d in group])
-        res = np.array([x for _, x, _ in group])
+        res, d, ln_mbs, zero = self._arrays[key]
+        lam = self.lengths
+        # scaled_distance for every row of the family at once (a missing micro-batch counts 0, as there)
+        mbs = np.nan_to_num(np.abs(ln_mbs - math.log(cfg["micro_batch_size"])))
+        dists = (d / lam["target"].length + mbs / lam["mbs"].length
+                 + (zero != cfg["zero_stage"]).astype(float) / lam["zero"].length)
         w = np.exp(-dists)
         d0 = float(dists.min())
         near, factor = self._kriging[key]

@@ -528,7 +528,8 @@ def anchors_for(prep: Prepared) -> Anchors:
     """The evidence anchoring of the request's fit (anchor.Anchors), distances from its target."""
     ctx = prep.ctx
     return Anchors(prep.rows, prep.fit, lambda r: distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"],
-                                                          ctx["gpu_type"]))
+                                                          ctx["gpu_type"]),
+                   terms_of=lambda r: prep.model.terms_of(r, prep.fit.network_gb_s))
 
 
 def predicted_for(prep: Prepared, cfg: dict[str, Any], anchors: Anchors | None,

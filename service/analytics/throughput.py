@@ -241,13 +241,15 @@ def competitive(usable: list[tuple[dict[str, Any], Terms]]) -> list[tuple[dict[s
     return [(r, t) for r, t in usable if float(r["tokens_per_sec_per_gpu"]) >= COMPETITIVE_FRACTION * best[cell_key(r)]]
 
 
-def fit(rows: list[dict[str, Any]], group: dict[str, Any], network_gb_s: float | None = None) -> Fit:
+def fit(rows: list[dict[str, Any]], group: dict[str, Any], network_gb_s: float | None = None, *,
+        terms_of: Any = None) -> Fit:
     """Least-squares fit of the parameters to configuration rows (load_configs' dicts with
     `tokens_per_sec_per_gpu`, `n_runs`, `first_id`): those that compete in their cell (competitive()),
     costed with the cluster's network reference `network_gb_s` (GB/s, network_reference; None: the
-    catalog's). Fewer than MIN_CONFIGS such rows → the PRIOR, with the reason."""
-    costed = [(r, t) for r in rows if (t := config_terms(r, network_gb_s)) is not None
-              and r.get("tokens_per_sec_per_gpu")]
+    catalog's; `terms_of(row)` replaces config_terms(row, network_gb_s) when given: Model's memo).
+    Fewer than MIN_CONFIGS such rows → the PRIOR, with the reason."""
+    terms_of = terms_of or (lambda r: config_terms(r, network_gb_s))
+    costed = [(r, t) for r in rows if (t := terms_of(r)) is not None and r.get("tokens_per_sec_per_gpu")]
     usable = competitive(costed)
     n_runs = sum(int(r.get("n_runs") or 1) for r, _ in usable)
     ids = [int(r["first_id"]) for r, _ in usable if r.get("first_id") is not None]
@@ -365,6 +367,15 @@ class Model:
         self._fits: dict[tuple, Fit] = {}
         self._net: dict[str | None, tuple[float | None, str]] = {}
         self._intra: dict[str | None, float | None] = {}
+        self._terms: dict[tuple[int, float | None], Terms | None] = {}
+
+    def terms_of(self, row: dict[str, Any], network_gb_s: float | None) -> Terms | None:
+        """config_terms(row, network_gb_s), once per row of this request (the fit, the anchoring and
+        the evidence all cost the same recorded rows)."""
+        key = (id(row), network_gb_s)
+        if key not in self._terms:
+            self._terms[key] = config_terms(row, network_gb_s)
+        return self._terms[key]
 
     def network(self, gpu_type: str | None) -> tuple[float | None, str]:
         """network_reference of `gpu_type` over the request's rows (once per GPU type)."""
@@ -388,7 +399,9 @@ class Model:
         if key in self._fits:
             return self._fits[key]
         same = [r for r in self.rows if r["gpu_type"] == gpu_type and r["framework"] == framework]
-        result = fit(same, {"gpu_type": gpu_type, "framework": framework}, self.network(gpu_type)[0])
+        net = self.network(gpu_type)[0]
+        result = fit(same, {"gpu_type": gpu_type, "framework": framework}, net,
+                     terms_of=lambda r: self.terms_of(r, net))
         if result.status == "prior":
             by_gpu: dict[str, list[dict[str, Any]]] = {}
             for r in self.rows:
@@ -396,7 +409,9 @@ class Model:
                     by_gpu.setdefault(r["gpu_type"], []).append(r)
             if by_gpu:
                 other = max(by_gpu, key=lambda g: (len(by_gpu[g]), g))
-                moved = fit(by_gpu[other], {"gpu_type": other, "framework": framework}, self.network(other)[0])
+                other_net = self.network(other)[0]
+                moved = fit(by_gpu[other], {"gpu_type": other, "framework": framework}, other_net,
+                            terms_of=lambda r: self.terms_of(r, other_net))
                 if moved.status == "fitted":
                     moved.reason = (f"{len(same)} configuration(s) of {framework} on {gpu_type}: fitted on "
                                     f"{other} runs and carried to {gpu_type} through the catalog's peak "

@@ -31,12 +31,14 @@ parameters. Sources, cited again at each formula:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from core import hardware
 from core.model import ModelShape, flops_per_token, resolve_shape, stage_split
+from core.record import get_field
 
 _BF16 = 2
 _FP32 = 4
@@ -141,9 +143,21 @@ def _int(cfg: dict[str, Any], key: str, default: int = 1) -> int:
     return default if value in (None, "") else int(value)
 
 
+#: the record fields resolve_shape reads (core/model.py)
+_SHAPE_FIELDS = ("model_params", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "ffn_hidden_size",
+                 "vocab_size", "gated_linear_unit", "tie_word_embeddings")
+
+
 def model_dims(cfg: dict[str, Any]) -> ModelShape:
-    """The model's dims (reported, else inferred from model_params as the memory model does)."""
-    return resolve_shape(cfg, [])
+    """The model's dims (reported, else inferred from model_params as the memory model does). The
+    same dims give the same shape: resolved once per distinct dims (_shape) — a request costs
+    thousands of configurations of a handful of models. Callers must not mutate it."""
+    return _shape(tuple(get_field(cfg, k) for k in _SHAPE_FIELDS))
+
+
+@functools.lru_cache(maxsize=1024)
+def _shape(values: tuple) -> ModelShape:
+    return resolve_shape(dict(zip(_SHAPE_FIELDS, values)), [])
 
 
 def stage_imbalance(model: ModelShape, pp: int, seq: int, framework: str | None) -> float:
