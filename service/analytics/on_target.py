@@ -50,7 +50,8 @@ DIM_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hid
 MAX_CELL_RUNS = 2000
 
 _NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+)(?:[eE][+-]?\d+)?\s*[kKmMbBgGtT]?\s*$")
-_COLUMNS = ("id", "model_name", "model_params", "model_size_class", *DIM_FIELDS, "seq_len", "gpu_type",
+_COLUMNS = ("id", "model_name", "model_params", "model_size_class", *DIM_FIELDS, "gated_linear_unit", "seq_len",
+            "gpu_type",
             "gpus_per_node", "nodes", *CONFIG_FIELDS, "global_batch_tokens", "precision", "framework", "source",
             "tokens_per_sec_per_gpu", "mfu", "mfu_derived", "peak_memory_gib", "extra")
 
@@ -216,7 +217,8 @@ def measured(session: Session, cell: Cell, *, precision: str | None, metric: str
     # one entry per distinct configuration of one model, framework and precision: its best run
     seen: dict[tuple, dict[str, Any]] = {}
     for r in rows:
-        key = (r["model_params"], r["model_size_class"], *(r[d] for d in DIM_FIELDS), r["framework"],
+        key = (r["model_params"], r["model_size_class"], *(r[d] for d in DIM_FIELDS), r["gated_linear_unit"],
+               r["framework"],
                r["precision"], config_key(r))
         if key in seen:
             seen[key]["n_runs"] += 1
@@ -243,6 +245,7 @@ def _entry(r: dict[str, Any]) -> dict[str, Any]:
     mfu = r["mfu_derived"] if r["mfu_derived"] is not None else r["mfu"]
     return {"run_id": r["id"], "label": label, "model_name": r["model_name"], "model_params": r["model_params"],
             "model_size_class": r["model_size_class"], **{d: r[d] for d in DIM_FIELDS},
+            "gated_linear_unit": r["gated_linear_unit"],
             "framework": r["framework"], "precision": r["precision"], "seq_len": r["seq_len"],
             "gpus_per_node": r["gpus_per_node"], "config": {f: r[f] for f in CONFIG_FIELDS},
             "global_batch_tokens": r["global_batch_tokens"], "tokens_per_sec_per_gpu": r["tokens_per_sec_per_gpu"],

@@ -22,7 +22,7 @@ slow or fast:
 4. `model` says which fit answered (GPU type, framework, fitted on how many runs, held-out error)
    and whether the prediction extrapolates, and from what: a prior or a fit carried from another
    GPU type, a node count, model size or sequence length outside the fitted runs', a layout with
-   no recorded run.
+   no recorded run, or none within anchor.SUPPORT_DISTANCE of the target.
 """
 
 from __future__ import annotations
@@ -34,14 +34,12 @@ from sqlalchemy.orm import Session
 from core import hardware
 from core.model import params_from_dims, resolve_shape
 from service.analytics import recommend as rec
+from service.analytics.anchor import SUPPORT_DISTANCE
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, names_family
 from service.derive import complete
 from service.errors import ValidationFailed
 
-#: the distance (recommend.distance) from the nearest recorded run of the same layout beyond which a
-#: prediction is said to extrapolate: ln 2.7, e.g. 2.7× the nodes or the model size away
-FAR = 1.0
 #: configuration fields a request may leave out, and what they are then taken as (said in the notes)
 DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero_stage": 0, "micro_batch_size": 1, "recompute": "none"}
 
@@ -140,9 +138,12 @@ def extrapolation(prep: rec.Prepared, item: rec.Scored) -> list[str]:
             why.append(f"{text.format(value)}, outside the fitted runs' {min(seen):g}–{max(seen):g}")
     if group and not any(r["precision"] == ctx["precision"] for r in group):
         why.append(f"precision {ctx['precision']}: no fitted run in it")
-    if item.predicted.get("anchor", {}).get("evidence_distance") is not None and item.widen >= FAR:
-        why.append(f"the nearest recorded run of this layout is {item.widen:.2f} away (recommend.distance: "
-                   "ln ratios of size, nodes and seq_len, plus the hardware)")
+    d_ev = item.predicted.get("evidence_distance")
+    if d_ev is not None and not item.predicted.get("supported", True):
+        why.append(f"the nearest recorded run of this exact layout is {d_ev:.2f} away (beyond {SUPPORT_DISTANCE:g}: "
+                   "recommend.distance, ln ratios of size, nodes and seq_len, plus the hardware)")
+    elif d_ev is None and item.predicted.get("anchor", {}).get("evidence_distance") is not None:
+        why.append("no recorded run of this exact layout (ZeRO stage, micro-batch): its family's runs anchor it")
     if item.predicted.get("anchor", {}).get("evidence_distance") is None:
         why.append(f"no recorded run of the layout TP{item.config['tp']} PP{item.config['pp']} CP{item.config['cp']} "
                    f"({item.config['recompute']} recompute): the model alone")

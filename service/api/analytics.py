@@ -185,6 +185,7 @@ class MeasuredRun(BaseModel):
     num_kv_heads: int | None
     ffn_hidden_size: int | None
     vocab_size: int | None
+    gated_linear_unit: bool | None
     framework: str | None
     precision: str | None
     seq_len: int | None
