@@ -290,6 +290,12 @@ def test_scaling_page(live_api, data_dir):
     assert probe.status_code == 200, probe.text
     assert at.success and at.success[0].value.startswith("≈ ") and "GPUs" in at.success[0].value
     assert "GPUs" in at.table[-1].value.index
+    # the planner's form takes the framework and precision too: asked in fp8, the MFU is predicted in fp8
+    at.selectbox(key="plan_prec").select("fp8")
+    at.button(key="plan_submit").click().run()
+    assert not at.exception and not at.error
+    values = [str(v) for v in at.table[-1].value.iloc[:, 0]]
+    assert any(v.startswith("catalog: H100-SXM-80GB fp8 dense") for v in values), values
 
 
 @DUCKDB

@@ -85,6 +85,28 @@ def _from_url(key: str) -> dict[str, Any] | None:
     return st.session_state[f"{key}_url_defaults"]
 
 
+def shape_choices(options: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(frameworks, precisions) a form offers: "the records'" first, then the recorded ones (and the
+    catalog's precisions)."""
+    return ([rec.RECORDS, *options.get("framework", [])],
+            [rec.RECORDS, *dict.fromkeys([*PRECISIONS, *options.get("precision", [])])])
+
+
+def shape_inputs(key: str, frameworks: list[str], precisions: list[str]) -> dict[str, Any]:
+    """The framework, precision, MLP shape and the six dims (0 = the recorded model's) in an
+    expander, inside a form; returns them as rec.shape_params reads them."""
+    with st.expander("Framework, precision and model shape (default: the records')"):
+        c1 = st.columns(3)
+        fw = c1[0].selectbox("Framework", frameworks, key=f"{key}_fw", accept_new_options=True)
+        prec = c1[1].selectbox("Precision", precisions, key=f"{key}_prec", accept_new_options=True)
+        gated = c1[2].selectbox("MLP", list(GATED), key=f"{key}_gated")
+        c2 = st.columns(6)
+        dims = {f: c2[i].number_input(f.replace("_", " ").replace("num ", "").capitalize() + " (0 = recorded)",
+                                      min_value=0, step=1, key=f"{key}_{f}")
+                for i, f in enumerate(rec.DIM_FIELDS)}
+    return {"framework": fw, "precision": prec, "gated_linear_unit": GATED.get(gated), **dims}
+
+
 def form(key: str, options: dict[str, list[Any]], defaults: dict[str, Any] | None = None,
          url: bool = False) -> dict[str, Any] | None:
     """Render the form (prefilled from ``defaults``; the GPU type from the most-recorded one when
@@ -97,8 +119,7 @@ def form(key: str, options: dict[str, list[Any]], defaults: dict[str, Any] | Non
         asked_gpu = (defaults or {}).get("gpu_type")
         if asked_gpu and asked_gpu not in gpu_types:  # e.g. "H100" as typed in a link: shown as asked
             gpu_types.append(asked_gpu)
-    frameworks = [rec.RECORDS, *options.get("framework", [])]
-    precisions = [rec.RECORDS, *dict.fromkeys([*PRECISIONS, *options.get("precision", [])])]
+    frameworks, precisions = shape_choices(options)
     for value, choices in (((defaults or {}).get("framework"), frameworks),
                            ((defaults or {}).get("precision"), precisions)):
         if value and value not in choices:
@@ -115,21 +136,12 @@ def form(key: str, options: dict[str, list[Any]], defaults: dict[str, Any] | Non
         seq = c[4].number_input("Seq len (0 = most recorded)", min_value=0, step=1024, key=f"{key}_seq")
         gbt = c[5].number_input("Global batch tokens (0 = the runs')", min_value=0, step=2**20, key=f"{key}_gbt")
         k = c[6].number_input("Show", min_value=1, max_value=rec.MAX_K, key=f"{key}_k")
-        with st.expander("Framework, precision and model shape (default: the records')"):
-            c1 = st.columns(3)
-            fw = c1[0].selectbox("Framework", frameworks, key=f"{key}_fw", accept_new_options=True)
-            prec = c1[1].selectbox("Precision", precisions, key=f"{key}_prec", accept_new_options=True)
-            gated = c1[2].selectbox("MLP", list(GATED), key=f"{key}_gated")
-            c2 = st.columns(6)
-            dims = {f: c2[i].number_input(f.replace("_", " ").replace("num ", "").capitalize() + " (0 = recorded)",
-                                          min_value=0, step=1, key=f"{key}_{f}")
-                    for i, f in enumerate(rec.DIM_FIELDS)}
+        shape = shape_inputs(key, frameworks, precisions)
         submitted = st.form_submit_button("What worked?", type="primary", key=f"{key}_submit")
     if submitted:
         if not (model or "").strip():
             st.warning("Give a model size, e.g. 8B.")
             return None
-        shape = {"framework": fw, "precision": prec, "gated_linear_unit": GATED.get(gated), **dims}
         st.session_state[f"{key}_query"] = rec.recommend_params(model, nodes, gpn, gpu, seq, gbt, k, shape=shape)
         if url:
             st.query_params.from_dict(rec.url_from_query(st.session_state[f"{key}_query"]))

@@ -9,8 +9,10 @@ from typing import Any
 import streamlit as st
 
 from dashboard import data, ui
+from dashboard.components import recommend
 from dashboard.logic import scaling as sc
 from dashboard.logic.fmt import pct, size_label
+from dashboard.logic.recommend import shape_params
 from dashboard.logic.runs import styled
 from service.client import ApiDown, ApiError, Unauthorized
 
@@ -111,11 +113,12 @@ def planner(options: dict[str, list[Any]]) -> None:
                              index=gpus.index(d["gpu_type"]) if d["gpu_type"] in gpus else 0)
         mfu = c[4].number_input("MFU % (0 = predicted)", min_value=0.0, max_value=100.0, value=0.0, key="plan_mfu")
         peak = c[5].number_input("Peak TFLOP/s (0 = catalog)", min_value=0.0, value=0.0, key="plan_peak")
+        shape = recommend.shape_inputs("plan", *recommend.shape_choices(options))
         submitted = st.form_submit_button("Plan", type="primary", key="plan_submit")
     if submitted:
         st.session_state["plan_query"] = {
             "model_params": model.strip(), "tokens": tokens.strip(), "days": days, "gpu_type": gpu,
-            "mfu": mfu / 100 if mfu else None, "peak_tflops": peak or None}
+            "mfu": mfu / 100 if mfu else None, "peak_tflops": peak or None, **shape_params(shape)}
     query = st.session_state.get("plan_query")
     if not query:  # first visit: the answer for the form's defaults, so the headline matches the form
         gpus = options.get("gpu_type", [])
