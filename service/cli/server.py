@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -34,11 +35,18 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="bind address; beyond loopback needs tokens or --insecure"),
     port: int = typer.Option(8000, help="TCP port"),
     insecure: bool = typer.Option(False, "--insecure", help="allow binding beyond loopback without tokens"),
+    workers: int = typer.Option(1, "--workers", "-w", min=1, max=64,
+                                help="API processes sharing the port (PostgreSQL; a DuckDB file allows one)"),
+    access_log: bool = typer.Option(True, "--access-log/--no-access-log", help="log every request"),
     log_level: str = typer.Option("info"),
 ) -> None:
-    """Serve the API (one uvicorn worker: more stall each request ~40 ms, uvicorn#3149).
+    """Serve the API: one process, or --workers N processes sharing one port (PostgreSQL only).
 
     Waits for the database, migrates an embedded DuckDB, refuses a stale PostgreSQL schema.
+    --workers N > 1 needs PostgreSQL: one process owns a DuckDB file (refused with exit 2). The
+    workers accept on one listening socket created with IPPROTO_TCP, so every accepted connection
+    gets TCP_NODELAY (uvicorn's own multi-worker socket loses it: ~40 ms per keep-alive request,
+    uvicorn#3149). Past one machine: several such servers behind a load balancer, one PostgreSQL.
     """
     import uvicorn
 
@@ -48,6 +56,11 @@ def serve(
 
     settings = get_settings().model_copy(update={"host": host, "insecure": insecure or get_settings().insecure})
     db = Database(settings.url)
+    if workers > 1 and db.is_duckdb:
+        db.dispose()
+        fail(f"--workers {workers}: an embedded DuckDB file ({db.engine.url.database}) is owned by one process, so "
+             "it is served by one worker. Serve it with --workers 1, or use PostgreSQL for several workers "
+             "(SCALEBOOK_DATABASE_URL=postgresql://user@host/db; `scalebook db upgrade` first)", code=2)
     try:
         db.prepare()
     except ScalebookError as exc:
@@ -61,17 +74,59 @@ def serve(
                 fail(f"refusing to bind {host}: no API tokens exist. Create one with "
                      "`scalebook token create --scope admin`, or pass --insecure")
     console.print(f"scalebook API on http://{host}:{port} (database: "
-                  f"{db.engine.url.render_as_string(hide_password=True)}); docs at /docs")
+                  f"{db.engine.url.render_as_string(hide_password=True)}"
+                  f"{f', {workers} workers' if workers > 1 else ''}); docs at /docs")
+    if workers > 1:
+        db.dispose()
+        _serve_workers(host, port, workers, settings.insecure, access_log, log_level)
+        return
     import gc
 
     app_ = create_app(db, settings)
     gc.freeze()  # start-up objects leave the GC's generations: fewer, shorter collections per request
     try:
         with _stop_on_signals():
-            uvicorn.run(app_, host=host, port=port, workers=1, log_level=log_level)
+            uvicorn.run(app_, host=host, port=port, workers=1, log_level=log_level, access_log=access_log)
     finally:
         db.dispose()
         gc.unfreeze()  # frozen objects are otherwise never freed: DuckDB's bindings report them as leaks at exit
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port) created with proto IPPROTO_TCP (inheritable, for the
+    workers). asyncio sets TCP_NODELAY on an accepted socket only when it reports IPPROTO_TCP, and
+    accepted sockets inherit the listener's proto: uvicorn's Config.bind_socket() leaves it 0, so
+    Nagle's algorithm stays on and each keep-alive request waits ~40 ms for the client's delayed
+    ACK (uvicorn#3149). Exits with a message when the address is in use."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        fail(f"cannot bind {host}:{port}: {exc.strerror}")
+    sock.set_inheritable(True)
+    return sock
+
+
+def _serve_workers(host: str, port: int, workers: int, insecure: bool, access_log: bool, log_level: str) -> None:
+    """uvicorn's process supervisor over `listen_socket`: each worker builds the app with
+    `create_app()` from the environment (the settings of this command are passed as
+    SCALEBOOK_HOST / SCALEBOOK_INSECURE) and opens its own connection pool."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    os.environ["SCALEBOOK_HOST"] = host
+    if insecure:
+        os.environ["SCALEBOOK_INSECURE"] = "true"
+    config = uvicorn.Config("service.api.app:create_app", factory=True, host=host, port=port, workers=workers,
+                            log_level=log_level, access_log=access_log)
+    sock = listen_socket(host, port)
+    try:
+        Multiprocess(config, sockets=[sock]).run()
+    finally:
+        sock.close()
 
 
 class _Stop(Exception):
