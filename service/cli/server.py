@@ -193,29 +193,80 @@ def up(
                                        help="import examples/data (idempotent)"),
 ) -> None:
     """The quick start: API on 127.0.0.1 (embedded DuckDB unless SCALEBOOK_DATABASE_URL is set),
-    the real example data imported, and the dashboard. Ctrl-C stops everything."""
+    the real example data imported, and the dashboard. Ctrl-C stops everything.
+
+    The API's and the dashboard's own output (access log, start-up lines) goes to
+    $SCALEBOOK_DATA_DIR/logs/api.log and dashboard.log, so this terminal shows the import and
+    what is up; `tail -f` those files to follow the requests."""
     from service.cli.imports import import_examples
 
     url = f"http://127.0.0.1:{port}"
+    logs = get_settings().data_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    api_log, dash_log = logs / "api.log", logs / "dashboard.log"
     procs: list[subprocess.Popen] = []
+    files: list[Any] = []
     try:
         with _stop_on_signals():
-            procs.append(subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)]))
-            wait_for_api(url, proc=procs[0])
+            files.append(open(api_log, "ab"))  # noqa: SIM115 - closed in the finally clause
+            procs.append(subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+                                          stdout=files[-1], stderr=subprocess.STDOUT,
+                                          env={**os.environ, "PYTHONUNBUFFERED": "1"}))  # the log as it happens
+            console.print(f"API starting on {url} (log: {api_log})")
+            _wait_or_fail(lambda: wait_for_api(url, proc=procs[0]), "the API", api_log)
             os.environ["SCALEBOOK_API_URL"] = url
             if load_examples:
                 import_examples(example_data_dir(), url)
-            env = {**os.environ, "SCALEBOOK_API_URL": url}
-            procs.append(subprocess.Popen(_dashboard_cmd(dashboard_port), env=env))
-            console.print(f"\n[bold]scalebook is up[/]: API {url} (docs {url}/docs), "
-                          f"dashboard http://127.0.0.1:{dashboard_port}. Ctrl-C to stop.")
+            env = {**os.environ, "SCALEBOOK_API_URL": url, "PYTHONUNBUFFERED": "1"}
+            files.append(open(dash_log, "ab"))  # noqa: SIM115 - closed in the finally clause
+            procs.append(subprocess.Popen(_dashboard_cmd(dashboard_port), env=env, stdout=files[-1],
+                                          stderr=subprocess.STDOUT))
+            dash = f"http://127.0.0.1:{dashboard_port}"
+            _wait_or_fail(lambda: _wait_for_dashboard(dash, procs[1]), "the dashboard", dash_log)
+            console.print(f"\n[bold]scalebook is up[/]: dashboard {dash}, API {url} (docs {url}/docs).\n"
+                          f"Logs: {logs} (api.log, dashboard.log). Ctrl-C to stop.")
             while all(p.poll() is None for p in procs):
                 time.sleep(0.5)
     finally:
         _stop_children(procs)
+        for fh in files:
+            fh.close()
     failed = [p for p in procs if p.returncode not in (0, -signal.SIGTERM, -signal.SIGINT)]
     if failed:
-        fail(f"a child process exited with {failed[0].returncode}: {failed[0].args!r}")
+        log = api_log if failed[0] is procs[0] else dash_log
+        fail(f"a child process exited with {failed[0].returncode}: {failed[0].args!r}; "
+             f"its last lines ({log}):\n{_tail(log)}")
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _wait_or_fail(wait: Any, what: str, log: Path) -> None:
+    """Run `wait()`; when the process exits or never answers, fail with the end of its log."""
+    try:
+        wait()
+    except (ChildProcessError, TimeoutError) as exc:
+        fail(f"{what} did not start ({exc}); the end of {log}:\n{_tail(log)}")
+
+
+def _wait_for_dashboard(url: str, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
+    """Poll Streamlit's {url}/_stcore/health until "ok"; ChildProcessError when `proc` exits,
+    TimeoutError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ChildProcessError(f"the dashboard exited with {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/_stcore/health", timeout=2).text.strip() == "ok":
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"dashboard at {url} not healthy after {timeout_s:.0f}s")
 
 
 def _stop_children(procs: list[subprocess.Popen]) -> None:
