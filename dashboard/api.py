@@ -170,6 +170,7 @@ class Client:
 
 #: the write endpoints of retiring (the `model` helper's API); the one place to adjust their shape
 RETIRE_PATH = "/runs/retire"
+UNRETIRE_PATH = "/runs/unretire"
 
 
 def retire_runs(ids: list[int], reason: str, token: str | None = None) -> Any:
@@ -187,8 +188,8 @@ def retire_runs(ids: list[int], reason: str, token: str | None = None) -> Any:
 
 
 def unretire_runs(ids: list[int], token: str | None = None) -> Any:
-    """Un-retire runs: ``POST /api/v1/runs/retire {"ids": [...], "retired": false}`` (a write token);
-    errors as :func:`retire_runs`."""
+    """Un-retire runs: ``POST /api/v1/runs/unretire {"ids": [...]}`` (a write token); errors as
+    :func:`retire_runs`."""
     if not ids:
         raise ValueError("no run ids to un-retire")
-    return Client(token=token).post(RETIRE_PATH, {"ids": [int(i) for i in ids], "retired": False})
+    return Client(token=token).post(UNRETIRE_PATH, {"ids": [int(i) for i in ids]})

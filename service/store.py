@@ -214,9 +214,10 @@ SORT_COLUMNS = ("id", "started_at", "ingested_at", "nodes", "model_params", "tok
 
 def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", limit: int = 100,
               cursor: str | None = None, started_after: datetime | None = None,
-              started_before: datetime | None = None, name_prefix: str | None = None
-              ) -> tuple[list[Run], str | None, int]:
-    """A page of runs matching equality `filters`, keyset-paginated on (sort column, id).
+              started_before: datetime | None = None, name_prefix: str | None = None,
+              retired: bool | None = None) -> tuple[list[Run], str | None, int]:
+    """A page of runs matching equality `filters`, keyset-paginated on (sort column, id);
+    `retired` True: retired runs only, False: runs not retired, None: both.
 
     Returns (runs, next_cursor or None, total matching). NULLs sort last. Raises BadRequest for
     an unknown filter/sort column or a malformed cursor.
@@ -231,6 +232,8 @@ def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", li
         conds.append(getattr(Run, name) == value)
     if name_prefix:  # LIKE with % and _ escaped: a literal prefix
         conds.append(Run.name.startswith(name_prefix, autoescape=True))
+    if retired is not None:
+        conds.append(Run.retired_at.is_not(None) if retired else Run.retired_at.is_(None))
     if started_after:
         conds.append(Run.started_at >= naive_utc(started_after))
     if started_before:

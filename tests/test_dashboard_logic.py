@@ -252,6 +252,25 @@ def test_detail_sections_and_ids(all_runs):
     assert rl.parse_ids("12, 15 #20 x 12") == [12, 15, 20]
 
 
+def test_detail_and_compare_show_numbers_for_people(all_runs):
+    """No raw 70000000000 or 0.505: percentages, separators, units (issue 30 item 11)."""
+    run = next(r for r in all_runs if r.get("mfu_derived") and r.get("peak_memory_gib"))
+    sections = rl.detail_sections(run)
+    fields = {k: v for frame in sections.values() for k, v in frame.values.tolist()}
+    assert fields["mfu_derived"] == f"{100 * run['mfu_derived']:.1f}%"
+    assert fields["model_params"].startswith(f"{run['model_params']:,} (")
+    assert fields["peak_memory_gib"] == f"{run['peak_memory_gib']:.1f} GiB"
+    assert fields["tokens_per_sec_per_gpu"] == f"{run['tokens_per_sec_per_gpu']:,.0f} tok/s"
+    assert fields["seq_len"] == f"{run['seq_len']:,}"
+    other = next(r for r in all_runs if r["id"] != run["id"] and r.get("mfu_derived"))
+    frame, _ = rl.compare_runs([run, other])
+    assert frame.loc["mfu_derived"].tolist() == [f"{100 * r['mfu_derived']:.1f}%" for r in (run, other)]
+    assert frame.loc["model_params"].tolist()[0] == fields["model_params"]
+    retired = {**run, "retired_at": "2026-11-24T10:00:00", "retired_reason": "wrong cluster"}
+    assert rl.retired_text(retired) == "retired: wrong cluster" and rl.retired_text(run) is None
+    assert rl.runs_table([retired, run]).retired.tolist()[0] == "retired: wrong cluster"
+
+
 # --- recommend --------------------------------------------------------------------------------
 
 def test_candidates_rows_on_a_real_answer(api, data_dir):

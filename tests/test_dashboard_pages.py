@@ -259,11 +259,30 @@ def test_runs_page_filters_pages_and_compares(live_api, data_dir):
     cmp_table = frame_with(at, f"#{top.iloc[0]['id']}", f"#{top.iloc[1]['id']}")
     assert "micro_batch_size" in cmp_table.index
     assert "field(s) differ (highlighted): " in texts(at) and "micro_batch_size" in texts(at)
-    # run detail: the sections as tables
+    # run detail: the sections as tables, numbers for people (issue 30 item 11)
+    best = csv_best(data_dir, 1)
     assert at.number_input(key="runs_detail_id").value == int(top.iloc[0]["id"])  # the table shows text
-    detail = pd.concat([t.value for t in at.table])
-    assert detail.loc["dp", "value"] == csv_best(data_dir, 1)["dp"]
-    assert any(b.proto.label == "This page as CSV" for b in at.get("download_button"))
+    detail = pd.concat([d.value for d in at.dataframe if list(d.value.columns) == ["field", "value"]])
+    detail = detail.set_index("field")
+    assert detail.loc["dp", "value"] == best["dp"]
+    assert detail.loc["tokens_per_sec_per_gpu", "value"] == f"{float(best['tok/s/gpu']):,.0f} tok/s"
+    assert detail.loc["mfu", "value"] == f"{float(best['mfu']):.1f}%"  # the CSV's percent, reported
+    assert cmp_table.loc["mfu"].tolist()[0] == detail.loc["mfu", "value"]
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert "This page as CSV" in labels
+    assert any(label.startswith("All ") and label.endswith(" matching runs as CSV") for label in labels)
+
+    # a retired run: listed with its reason, the filter finds it, the detail says so
+    run_id = int(top.iloc[0]["id"])
+    httpx.post(f"{live_api}/api/v1/runs/retire", json={"ids": [run_id], "reason": "rerun on a fixed node"})
+    st.cache_data.clear()
+    at.radio(key="runs_retired").set_value("only").run()
+    only = frame_with(at, "id", "status", "retired")
+    assert only.id.tolist() == [str(run_id)] and only.retired.tolist() == ["retired: rerun on a fixed node"]
+    assert "**1 runs** match" in texts(at)
+    assert "rerun on a fixed node. Kept and listed here" in texts(at)
+    at.radio(key="runs_retired").set_value("hidden").run()
+    assert str(run_id) not in frame_with(at, "id", "status", "retired").id.tolist()
 
 
 @DUCKDB

@@ -152,9 +152,12 @@ def list_runs(
     run_key: str | None = None,
     started_after: datetime | None = None,
     started_before: datetime | None = None,
+    retired: Annotated[bool | None, Query(description="true: retired runs only; false: runs not retired; "
+                                                      "absent: both (a retired run carries retired_at and "
+                                                      "retired_reason)")] = None,
 ) -> Response:
-    """Runs matching every given filter (equality; `name_prefix`: names starting with it), `limit`
-    per page (≤ 1,000), keyset cursor.
+    """Runs matching every given filter (equality; `name_prefix`: names starting with it;
+    `retired`), `limit` per page (≤ 1,000), keyset cursor.
 
     Body: `{"runs": [...], "next_cursor": str | null, "total": N}` where `total` counts all matches.
     `gpu_type` and `precision` accept catalog aliases ("h100_80gb", "torch.bfloat16"); `model_params`
@@ -178,7 +181,7 @@ def list_runs(
         filters["precision"] = hardware.canonical_precision(precision)
     runs, next_cursor, total = store.list_runs(session, filters, sort=sort, limit=limit, cursor=cursor,
                                                started_after=started_after, started_before=started_before,
-                                               name_prefix=name_prefix)
+                                               name_prefix=name_prefix, retired=retired)
     return model_response(RunsPage, {"runs": runs, "next_cursor": next_cursor, "total": total})
 
 
