@@ -153,6 +153,12 @@ class Database:
         return self.dialect == "duckdb"
 
     @property
+    def single_process(self) -> bool:
+        """True when one process must own the database (an embedded DuckDB file): `scalebook serve
+        --workers N` is then refused."""
+        return self.is_duckdb
+
+    @property
     def write_lock(self) -> contextlib.AbstractContextManager:
         """The lock that serialises writes (DuckDB; a no-op context on PostgreSQL)."""
         return self._write_lock if self._write_lock is not None else contextlib.nullcontext()

@@ -56,7 +56,7 @@ def serve(
 
     settings = get_settings().model_copy(update={"host": host, "insecure": insecure or get_settings().insecure})
     db = Database(settings.url)
-    if workers > 1 and db.is_duckdb:
+    if workers > 1 and db.single_process:
         db.dispose()
         fail(f"--workers {workers}: an embedded DuckDB file ({db.engine.url.database}) is owned by one process, so "
              "it is served by one worker. Serve it with --workers 1, or use PostgreSQL for several workers "
@@ -212,7 +212,7 @@ def up(
             procs.append(subprocess.Popen([sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
                                           stdout=files[-1], stderr=subprocess.STDOUT,
                                           env={**os.environ, "PYTHONUNBUFFERED": "1"}))  # the log as it happens
-            console.print(f"API starting on {url} (log: {api_log})")
+            console.print(f"API starting on {url} (log: {api_log})", soft_wrap=True)
             _wait_or_fail(lambda: wait_for_api(url, proc=procs[0]), "the API", api_log)
             os.environ["SCALEBOOK_API_URL"] = url
             if load_examples:
@@ -223,8 +223,8 @@ def up(
                                           stderr=subprocess.STDOUT))
             dash = f"http://127.0.0.1:{dashboard_port}"
             _wait_or_fail(lambda: _wait_for_dashboard(dash, procs[1]), "the dashboard", dash_log)
-            console.print(f"\n[bold]scalebook is up[/]: dashboard {dash}, API {url} (docs {url}/docs).\n"
-                          f"Logs: {logs} (api.log, dashboard.log). Ctrl-C to stop.")
+            console.print(f"\n[bold]scalebook is up[/]: dashboard {dash}, API {url} (docs {url}/docs).")
+            console.print(f"Logs: {logs} (api.log, dashboard.log). Ctrl-C to stop.", soft_wrap=True)
             while all(p.poll() is None for p in procs):
                 time.sleep(0.5)
     finally:
