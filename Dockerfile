@@ -21,12 +21,13 @@ WORKDIR /app
 # Dependencies first (cached while only the code changes): install the pinned requirements from
 # pyproject.toml with a stub package, then the real tree on top.
 COPY pyproject.toml README.md ./
-RUN mkdir -p service ingest dashboard migrations \
-    && touch service/__init__.py ingest/__init__.py dashboard/__init__.py migrations/__init__.py \
+RUN mkdir -p core service ingest dashboard migrations \
+    && touch core/__init__.py service/__init__.py ingest/__init__.py dashboard/__init__.py migrations/__init__.py \
     && pip install . \
     && pip uninstall -y scalebook \
-    && rm -rf service ingest dashboard migrations build *.egg-info
+    && rm -rf core service ingest dashboard migrations build *.egg-info
 
+COPY core ./core
 COPY service ./service
 COPY ingest ./ingest
 COPY dashboard ./dashboard

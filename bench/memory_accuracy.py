@@ -38,6 +38,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from core.record import scale_count  # noqa: E402
+from ingest.parsers.nanotron import model_params_from_name  # noqa: E402
 from service.analytics.memory import DEFAULT_CONSTANTS, MemoryConstants, estimate_memory  # noqa: E402
 
 GOAL_MEDIAN_REL_ERR = 0.15
@@ -71,8 +73,7 @@ def run_from_row(row: dict[str, str]) -> dict:
     """A sweep CSV row as a run record (DESIGN §2 names). Model size from the name prefix
     ("1.34G_dp8_...": `Total Params` over-counts for PP > 1); empty cells stay missing, as an
     importer would leave them (e.g. tie_word_embeddings is empty on failed rows)."""
-    prefix = row["name"].split("_", 1)[0]
-    size = float(prefix.rstrip("GgBb")) * 1e9 if prefix[-1] in "GgBb" else _num(row.get("num_params")) * 1e9
+    size = model_params_from_name(row["name"]) or scale_count(row["num_params"], "B")
     extra = {}
     for key in ("tie_word_embeddings", "accumulate_grad_in_fp32"):
         if _bool(row.get(key)) is not None:
@@ -81,7 +82,7 @@ def run_from_row(row: dict[str, str]) -> dict:
         if row.get(key):
             extra[key] = row[key]
     record = {
-        "model_params": int(size), "framework": "nanotron", "gpu_type": "H100-SXM-80GB",
+        "model_params": size, "framework": "nanotron", "gpu_type": "H100-SXM-80GB",
         "precision": "bf16", "recompute": "none", "extra": extra,
         "micro_batch_size": _num(row.get("mbs")), "grad_accum_steps": _num(row.get("batch_accum")),
     }

@@ -104,7 +104,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from ingest.record import ERROR_CLASSES
+from core.record import ERROR_CLASSES
 
 __all__ = [
     "Classification",

@@ -17,7 +17,7 @@ A rule names exactly one source: ``metric`` (MLflow: the latest value), ``param`
 or ``column`` (W&B CSV; a plain string ``"col"`` is short for ``{ column = "col" }``). Optional
 ``scale`` multiplies a numeric value; ``values`` maps raw strings (compared case-insensitively)
 before conversion. Values are converted to the field's type (int fields accept "8" and 8.0, not
-8.5). Field names are DESIGN §2's (``ingest.record.REPORTED_FIELDS``); ``extra.NAME`` puts a value
+8.5). Field names are DESIGN §2's (``core.record.REPORTED_FIELDS``); ``extra.NAME`` puts a value
 under ``extra``.
 
 Without a rule the importer fills: ``name`` (MLflow run name / W&B ``Name``), ``started_at``
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest.record import REPORTED_FIELDS
+from core.record import REPORTED_FIELDS
 
 SOURCES = ("metric", "param", "tag", "column")
 STATE_STATUS = {"finished": "success", "failed": "failed", "killed": "failed", "crashed": "failed"}

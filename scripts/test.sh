@@ -12,7 +12,7 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
   for _ in $(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
 fi
-.venv/bin/ruff check service ingest dashboard bench tests migrations
-.venv/bin/mypy  # files and options: [tool.mypy] in pyproject.toml (service/, ingest/)
+.venv/bin/ruff check core service ingest dashboard bench tests migrations
+.venv/bin/mypy  # files and options: [tool.mypy] in pyproject.toml (core/, service/, ingest/)
 mkdir -p test-output
 exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"

@@ -10,15 +10,14 @@ Derived values are computed one way for every run, whatever framework reported i
   is checked only when all four are known; ep's divisibility only when ep, dp, cp, tp are known.
   Every filled value is named in extra.derived_fields;
 - global_batch_tokens = dp · micro_batch_size · grad_accum_steps · seq_len unless reported;
-- model_size_class = model_params in billions rounded to 2 significant figures
-  (1.34e9 → 1.3, 3.57e9 → 3.6, 8.86e9 → 8.9, 469e9 → 470), so runs of one model whose reported
-  counts differ slightly share a heatmap row;
-- mfu_derived (PaLM, Chowdhery et al. 2022, arXiv 2204.02311, appendix B):
+- model_size_class (core.model.model_size_class): model_params in billions to 2 significant
+  figures; without model_params, the count from dims (core.model.params_from_dims);
+- mfu_derived (PaLM, Chowdhery et al. 2022, arXiv 2204.02311, appendix B; core.model.flops_per_token):
   MFU = (6·N + 12·L·h·s) · tokens_per_sec_per_gpu / peak_flops, with N total parameters,
   L layers, h hidden size, s seq_len; without dims the attention term is dropped (6·N alone).
   When only tflops_per_gpu is reported, MFU = tflops_per_gpu / peak. `mfu_method` says which.
   For mixture-of-experts runs N is the parameter count *active* per token (extra.active_params or
-  an "A3B" name token); without it MFU is only derived from a reported tflops_per_gpu.
+  an "A3B" name token: core.model.active_params); without it MFU is only derived from a reported tflops_per_gpu.
 - hfu_derived: with full recompute one more forward pass is executed:
   (8·N + 16·L·h·s) · tokens/s / peak; otherwise hfu_derived = mfu_derived (selective recompute's
   extra attention FLOPs are ignored).
@@ -33,11 +32,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from service import hardware
+from core import hardware
+from core.model import active_params, flops_per_token, is_moe, model_size_class, params_from_dims
 
 #: Config and environment fields that make two runs "the same experiment" for regressions.
 FINGERPRINT_FIELDS = (
@@ -75,45 +74,6 @@ class FieldError:
 
     def as_dict(self) -> dict[str, Any]:
         return {"field": self.field, "value": self.value, "message": self.message}
-
-
-def model_size_class(model_params: int | None) -> float | None:
-    """Billions of parameters rounded to 2 significant figures; None for None/non-positive."""
-    if not model_params or model_params <= 0:
-        return None
-    billions = model_params / 1e9
-    digits = 1 - int(math.floor(math.log10(billions)))
-    return round(billions, digits)
-
-
-def estimate_params_from_dims(rec: dict[str, Any]) -> int | None:
-    """Llama-style parameter count from dims, for records without model_params.
-
-    N ≈ L·(2·h² + 2·h·h_kv + 3·h·ffn) + 2·V·h  (attention q,o + k,v projections, SwiGLU MLP,
-    untied embedding and head); h_kv = h·num_kv_heads/num_heads; ffn defaults to 4·h·(2/3)·2.
-    Returns None unless num_layers, hidden_size and vocab_size are known.
-    """
-    L, h, V = rec.get("num_layers"), rec.get("hidden_size"), rec.get("vocab_size")
-    if not (L and h and V):
-        return None
-    heads, kv = rec.get("num_heads"), rec.get("num_kv_heads")
-    h_kv = h * kv / heads if heads and kv else h
-    ffn = rec.get("ffn_hidden_size") or int(8 * h / 3)
-    return int(L * (2 * h * h + 2 * h * h_kv + 3 * h * ffn) + 2 * V * h)
-
-
-def flops_per_token(n_params: float, num_layers: int | None, hidden_size: int | None,
-                    seq_len: int | None, *, recompute_full: bool = False) -> tuple[float, str]:
-    """Training FLOPs per token and the method name.
-
-    PaLM appendix B: 6·N + 12·L·h·s (forward + backward, attention included). With full recompute
-    the hardware executes one more forward: 8·N + 16·L·h·s. Without L, h or s: 6·N (8·N).
-    """
-    dense = (8.0 if recompute_full else 6.0) * n_params
-    if num_layers and hidden_size and seq_len:
-        attn = (16.0 if recompute_full else 12.0) * num_layers * hidden_size * seq_len
-        return dense + attn, "6N+12Lhs"
-    return dense, "6N"
 
 
 def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
@@ -186,7 +146,7 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
     n_params = row.get("model_params")
     n_source = "model_params"
     if not n_params:
-        n_params = estimate_params_from_dims(row)
+        n_params = params_from_dims(row)
         n_source = "dims"
     row["model_size_class"] = model_size_class(n_params)
     # MoE: the 6N rule counts the parameters each token passes through (active), not the total.
@@ -271,28 +231,6 @@ def _check_degrees(degrees: dict[str, int | None], world: int, derived: list[str
             degrees[d] = 1
             derived.append(d)
     return []
-
-
-_ACTIVE = re.compile(r"(?:^|[-_ .])a(\d+(?:\.\d+)?)b(?:$|[-_ .)])", re.IGNORECASE)
-
-
-def active_params(model_name: str | None, extra: dict[str, Any]) -> int | None:
-    """Parameters active per token for MoE models: extra["active_params"], else the "A3B" token of
-    names like "Qwen3-30B-A3B" (3e9). None for dense models or when unknown."""
-    value = extra.get("active_params")
-    if isinstance(value, (int, float)) and value > 0:
-        return int(value)
-    if model_name:
-        m = _ACTIVE.search(model_name)
-        if m:
-            return int(float(m.group(1)) * 1e9)
-    return None
-
-
-def is_moe(row: dict[str, Any], extra: dict[str, Any]) -> bool:
-    """A mixture-of-experts run: expert parallelism > 1, or experts declared in extra."""
-    ep = row.get("ep")
-    return (ep is not None and ep > 1) or bool(extra.get("num_experts") or extra.get("moe"))
 
 
 def fingerprint(row: dict[str, Any]) -> str:

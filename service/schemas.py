@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from ingest.record import ERROR_CLASSES, RECOMPUTE, STATUSES
+from core.record import ERROR_CLASSES, RECOMPUTE, STATUSES
 
 Status = Literal[STATUSES]  # type: ignore[valid-type]
 Recompute = Literal[RECOMPUTE]  # type: ignore[valid-type]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import shared_data_dir
 
+from core.record import ERROR_CLASSES
 from ingest.classify import (
     Classification,
     classify_line,
@@ -20,7 +21,6 @@ from ingest.classify import (
     main,
     status_for,
 )
-from ingest.record import ERROR_CLASSES
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -450,7 +450,7 @@ def test_status_for(error_class, status):
 
 
 def test_status_for_covers_every_class():
-    from ingest.record import STATUSES
+    from core.record import STATUSES
 
     assert all(status_for(c) in STATUSES for c in ERROR_CLASSES)
 

@@ -53,7 +53,8 @@ def spool_lines(path: Path) -> list[str]:
 # --------------------------------------------------------------------------- import weight
 def test_import_ingest_pulls_in_no_service_or_torch_dependency():
     heavy = ["fastapi", "sqlalchemy", "pandas", "pydantic", "httpx", "torch", "numpy", "yaml", "typer", "duckdb"]
-    code = ("import sys, ingest, ingest.client, ingest.external, ingest.record; from ingest import Client; "
+    code = ("import sys, ingest, ingest.client, ingest.external, ingest.parsers, ingest.classify, "
+            "core.record, core.hardware, core.rules, core.families, core.model; from ingest import Client; "
             f"print([m for m in {heavy!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from service import hardware
-from service.derive import active_params, complete, flops_per_token, model_size_class
+from core import hardware
+from core.model import active_params, flops_per_token, model_size_class
+from service.derive import complete
 from service.schemas import RunIn
 
 

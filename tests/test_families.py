@@ -1,4 +1,4 @@
-"""service/families.py: the fixed log grid of model-size families and the grouping of heatmap cells
+"""core/families.py: the fixed log grid of model-size families and the grouping of heatmap cells
 by the one best-run rule. Expected families are written out by hand from the grid's documented
 boundaries, not computed by the code under test."""
 
@@ -9,7 +9,8 @@ import math
 
 import pytest
 
-from service.families import FAMILIES, best_key, family_of, group_cells, row_label
+from core.families import FAMILIES, family_of, group_cells, row_label
+from core.rules import best_key
 
 
 @pytest.mark.parametrize("size_b, label", [
@@ -56,7 +57,7 @@ def test_group_cells_keeps_the_best_by_metric_then_mfu_then_id():
 
 def test_runs_without_the_metric_rank_last_and_moe_rows_stay_apart():
     a, b = cell(13.0, 1, 10, None, 0.5), cell(13.0, 1, 11, 500.0, 0.1)
-    assert best_key(b, "tokens_per_sec_per_gpu") < best_key(a, "tokens_per_sec_per_gpu")
+    assert best_key(b["best"], "tokens_per_sec_per_gpu") < best_key(a["best"], "tokens_per_sec_per_gpu")
     moe = cell(30.0, 2, 20, 9000.0, 0.2, name="Qwen3-30B-A3B", ep=8)
     dense = cell(32.0, 2, 21, 1000.0, 0.4, name="qwen2.5-32b")
     assert row_label(moe) == "MoE 30–34B total · A3B active" and row_label(dense) == "30–34B"

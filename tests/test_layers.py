@@ -101,3 +101,23 @@ def test_the_backend_is_named_in_few_places():
             branches[module_name(path)] = n
     outside = set(branches) - {"service.db", "service.bulk", "service.analytics.sql", "service.analytics.heatmap"}
     assert outside == set(), branches
+
+
+def _top_imports(path: Path) -> set[str]:
+    """Every module a file imports (anywhere in its source), absolute names."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_core_imports_the_standard_library_only():
+    """core/ holds the domain rules once; ingest, service and dashboard import it, never the reverse."""
+    import sys
+
+    wrong = {f"{p.relative_to(REPO)}: {m}" for p in (REPO / "core").rglob("*.py") for m in _top_imports(p)
+             if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] not in ("core", "__future__")}
+    assert wrong == set()

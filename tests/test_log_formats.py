@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from core.record import REPORTED_FIELDS
 from ingest.parsers.log_facts import log_facts
 from ingest.parsers.logs import detect_format, parse_log
-from ingest.record import REPORTED_FIELDS
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 

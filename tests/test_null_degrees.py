@@ -11,9 +11,9 @@ import pytest
 from conftest import REPO, playbook_sample
 from typer.testing import CliRunner
 
+from core.rules import config_label
 from service.analytics import throughput as th
 from service.cli import app
-from service.ranking import config_label
 
 LOGS = REPO / "tests" / "data" / "logs"
 

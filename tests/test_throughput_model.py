@@ -83,16 +83,16 @@ def test_the_lm_head_sits_where_nanotrons_walk_puts_it():
     """nanotron's build_model walks the blocks in order: when its split leaves trailing stages
     without layers (16 layers over 8 stages: 3/2/3/2/3/2/1/0), the lm_head stays on the stage the walk
     reached after the last layer (stage 6), and that stage — one layer plus the head — sets the pace."""
-    from service.analytics.memory import _stage_split
+    from core.model import stage_split
 
     model = tt.model_dims(_cfg())
-    split, head = _stage_split(model, 8, balanced=True)
+    split, head = stage_split(model, 8, balanced=True)
     assert split[-1] == 0 and split[head] > 0 and all(n == 0 for n in split[head + 1:])
     per_layer = 6.0 * model.layer_params() + 12.0 * model.h * 4096
     stages = [n * per_layer for n in split]
     stages[head] += 6.0 * model.vocab * model.h
     assert tt.stage_imbalance(model, 8, 4096, "nanotron") == pytest.approx(max(stages) / (sum(stages) / 8))
-    assert _stage_split(model, 8, balanced=False)[1] == 7 and _stage_split(model, 1, balanced=True)[1] == 0
+    assert stage_split(model, 8, balanced=False)[1] == 7 and stage_split(model, 1, balanced=True)[1] == 0
 
 
 def test_the_memory_model_keeps_the_lm_head_on_its_stage():

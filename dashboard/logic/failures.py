@@ -14,8 +14,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from core.record import STATUSES
 from dashboard.logic.fmt import config_label, size_label
-from ingest.record import STATUSES
 
 Run = Mapping[str, Any]
 FAILED_STATUSES = tuple(s for s in STATUSES if s != "success")

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from service.ranking import config_label  # noqa: F401 - the one label, re-exported for the pages
+from core.rules import config_label, effective_mfu  # noqa: F401 - the one label and MFU, for the pages
 
 Run = Mapping[str, Any]
 
@@ -26,14 +26,6 @@ def size_label(size_class: float | None) -> str:
 def nodes_label(nodes: int) -> str:
     """1 -> "1 node", 4 -> "4 nodes"."""
     return f"{nodes} node{'s' if nodes != 1 else ''}"
-
-
-def mfu_of(run: Run | None) -> float | None:
-    """The MFU to show: the server's PaLM-formula ``mfu_derived``, else the reported ``mfu``."""
-    if not run:
-        return None
-    value = run.get("mfu_derived")
-    return value if value is not None else run.get("mfu")
 
 
 def pct(fraction: float | None, digits: int = 1) -> str:

@@ -2,7 +2,7 @@
 
 Input: the ``cells`` of GET /api/v1/heatmap, each ``{"model_size_class", "nodes", "best": run | null,
 "config_label", "n_success", "n_oom", "n_failed"}``. They are folded into model-size FAMILIES
-(service.families: a fixed log grid, "7–8B" holds 6.7 … 8B; the best cell of a family × node count
+(core.families: a fixed log grid, "7–8B" holds 6.7 … 8B; the best cell of a family × node count
 by the one best-run rule) and arranged as a :class:`Grid` (rows = families, columns = node counts).
 Each cell's text is the Playbook's, plus the exact size of its best run::
 
@@ -28,17 +28,17 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from core.families import family_index, group_cells
 from dashboard.logic.fmt import (
     compact,
     config_label,
+    effective_mfu,
     gib,
-    mfu_of,
     nodes_label,
     pct,
     size_label,
     split_label,
 )
-from service.families import family_index, group_cells
 
 Cell = Mapping[str, Any]
 #: the ranking metrics, default first (tokens/s per GPU: the API's and the CLI's default too)
@@ -56,13 +56,6 @@ NO_MFU_COLOR = "#dbe7f3"
 LINE_CHARS = 15
 #: usable plot width in pixels assumed when sizing the cell text (wide layout with the sidebar open)
 PLOT_WIDTH_PX = 1150
-
-
-def metric_value(run: Mapping[str, Any] | None, metric: str) -> float | None:
-    """The value a cell is coloured by: MFU (derived, else reported) or tokens/s per GPU."""
-    if not run:
-        return None
-    return mfu_of(run) if metric == "mfu" else run.get("tokens_per_sec_per_gpu")
 
 
 def cell_label(cell: Cell) -> str:
@@ -92,7 +85,7 @@ def cell_lines(cell: Cell, metric: str = DEFAULT_METRIC) -> list[str]:
     dims, rest = split_label(cell_label(cell))
     tps = best.get("tokens_per_sec_per_gpu")
     tps_line = f"{compact(tps)} tok/s" if tps is not None else ""
-    mfu = mfu_of(best)
+    mfu = effective_mfu(best)
     mfu_line = f"MFU {pct(mfu)}" if mfu is not None else ""
     metrics = [tps_line, mfu_line] if metric == "tokens_per_sec_per_gpu" else [mfu_line, tps_line]
     size = size_label(best.get("model_size_class", cell.get("model_size_class")))
@@ -117,7 +110,7 @@ def cell_counts(cell: Cell) -> str:
 
 
 def row_of(cell: Cell) -> str:
-    """The grid row of a cell: its family (service.families), or its exact size class when ungrouped."""
+    """The grid row of a cell: its family (core.families), or its exact size class when ungrouped."""
     return cell.get("family") or size_label(cell["model_size_class"])
 
 
@@ -134,7 +127,7 @@ def cell_hover(cell: Cell) -> str:
         return f"{head}<br>{failure_text(cell)}<br>{cell_counts(cell)}"
     tps = best.get("tokens_per_sec_per_gpu")
     lines = [head, cell_label(cell),
-             f"MFU {pct(mfu_of(best))} · {f'{tps:,.0f}' if tps is not None else '?'} tok/s/GPU",
+             f"MFU {pct(effective_mfu(best))} · {f'{tps:,.0f}' if tps is not None else '?'} tok/s/GPU",
              f"peak memory {gib(best.get('peak_memory_gib')) or '?'}",
              (f"{best.get('model_name') or '?'} ({size_label(best.get('model_size_class'))}) · "
               f"{best.get('gpu_type') or '?'} · seq {best.get('seq_len') or '?'}"),
@@ -173,7 +166,7 @@ class Grid:
         there is no best run or it has no MFU."""
 
         def value(c: Cell) -> float | None:
-            v = mfu_of(c.get("best"))
+            v = effective_mfu(c.get("best"))
             return None if v is None else 100.0 * v
 
         return self.matrix(value)
@@ -187,7 +180,7 @@ class Grid:
 
 
 def group(cells: list[Cell], metric: str = DEFAULT_METRIC) -> list[dict[str, Any]]:
-    """The API's cells folded into families (service.families.group_cells, the one best-run rule)."""
+    """The API's cells folded into families (core.families.group_cells, the one best-run rule)."""
     return group_cells(cells, metric)
 
 
@@ -231,18 +224,18 @@ def figure(grid: Grid, show_text: bool = True, width_px: int = PLOT_WIDTH_PX) ->
     fig = go.Figure()
     fig.add_trace(go.Heatmap(
         z=z, x=xs, y=ys, colorscale=COLORSCALE, zmin=MFU_SCALE[0], zmax=MFU_SCALE[1], zauto=False,
-        xgap=3, ygap=3, hoverongaps=False, text=text_of(lambda c: mfu_of(c.get("best")) is not None),
+        xgap=3, ygap=3, hoverongaps=False, text=text_of(lambda c: effective_mfu(c.get("best")) is not None),
         texttemplate="%{text}" if font else None, textfont={"size": font or 10, "color": "#111111"},
         name="best run",
         colorbar={"title": {"text": "MFU"}, "ticksuffix": "%", "tickvals": [0, 10, 20, 30, 40, 50, 60],
                   "ticktext": ["0", "10", "20", "30", "40", "50", "≥60"]},
     ))
-    no_mfu = grid.matrix(lambda c: 1.0 if c.get("best") and mfu_of(c["best"]) is None else None)
+    no_mfu = grid.matrix(lambda c: 1.0 if c.get("best") and effective_mfu(c["best"]) is None else None)
     if any(v is not None for row in no_mfu for v in row):
         fig.add_trace(go.Heatmap(
             z=no_mfu, x=xs, y=ys, colorscale=[[0, NO_MFU_COLOR], [1, NO_MFU_COLOR]], showscale=False,
             xgap=3, ygap=3, hoverongaps=False, zmin=0, zmax=1,
-            text=text_of(lambda c: bool(c.get("best")) and mfu_of(c["best"]) is None),
+            text=text_of(lambda c: bool(c.get("best")) and effective_mfu(c["best"]) is None),
             texttemplate="%{text}" if font else None, textfont={"size": font or 10, "color": "#111111"},
             name="no MFU",
         ))
@@ -301,7 +294,7 @@ def cells_frame(cells: list[Cell]) -> pd.DataFrame:
             "family": row_of(c), "model_size_class": c["model_size_class"],
             "sizes": " ".join(f"{s:g}" for s in c.get("sizes") or [c["model_size_class"]]), "nodes": c["nodes"],
             "config_label": cell_label(c) or None, "best_run_id": best.get("id"), "model_name": best.get("model_name"),
-            "tokens_per_sec_per_gpu": best.get("tokens_per_sec_per_gpu"), "mfu": mfu_of(best),
+            "tokens_per_sec_per_gpu": best.get("tokens_per_sec_per_gpu"), "mfu": effective_mfu(best),
             "peak_memory_gib": best.get("peak_memory_gib"), "gpu_type": best.get("gpu_type"),
             "seq_len": best.get("seq_len"), "global_batch_tokens": best.get("global_batch_tokens"),
             "framework": best.get("framework"), "precision": best.get("precision"),

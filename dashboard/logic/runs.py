@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from dashboard.logic.fmt import config_label, field_value, mfu_of
-from ingest.record import STATUSES  # noqa: F401 - the one status list, used by the runs page
+from core.record import STATUSES  # noqa: F401 - the one status list, used by the runs page
+from dashboard.logic.fmt import config_label, effective_mfu, field_value
 
 Run = Mapping[str, Any]
 
@@ -55,7 +55,7 @@ def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
         "id": r.get("id"), "started_at": r.get("started_at"), "model_name": r.get("model_name"),
         "size_B": r.get("model_size_class"), "nodes": r.get("nodes"), "gpu_type": r.get("gpu_type"),
         "config": config_label(r), "status": r.get("status"), "retired": retired_text(r),
-        "tokens_per_sec_per_gpu": r.get("tokens_per_sec_per_gpu"), "mfu": mfu_of(r),
+        "tokens_per_sec_per_gpu": r.get("tokens_per_sec_per_gpu"), "mfu": effective_mfu(r),
         "peak_memory_gib": r.get("peak_memory_gib"), "seq_len": r.get("seq_len"),
         "global_batch_tokens": r.get("global_batch_tokens"), "framework": r.get("framework"),
         "error_class": r.get("error_class"), "source": r.get("source"),

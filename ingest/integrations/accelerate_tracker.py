@@ -33,13 +33,13 @@ from typing import Any
 import accelerate
 from accelerate.tracking import GeneralTracker
 
+from core.record import ALIASES, REPORTED_FIELDS
 from ingest.integrations.common import (
     TrainingRun,
     accelerate_fields,
     dtype_precision,
     recompute_of,
 )
-from ingest.record import ALIASES, REPORTED_FIELDS
 
 _NOT_CONFIG = {"run_key", "status", "tokens_per_sec_per_gpu", "step_time_s", "peak_memory_gib", "reserved_memory_gib",
                "error_class", "error_message", "extra", "source", "started_at", "mfu", "hfu", "tflops_per_gpu"}

@@ -6,7 +6,7 @@ Conventions used by every parser
 - A parser turns one CSV file into a :class:`ParseResult`: one run-record dict per data row that
   could be parsed, one :class:`Reject` per row that could not. ``len(records) + len(rejects)``
   always equals the number of data rows (blank lines are not rows; a row of empty cells is).
-- Record dicts use only the keys of :data:`ingest.record.REPORTED_FIELDS`; unknown values are left
+- Record dicts use only the keys of :data:`core.record.REPORTED_FIELDS`; unknown values are left
   out; anything else worth keeping goes under ``"extra"`` (a JSON-serialisable dict).
 - A cell that cannot be read (``'12x'`` in a number column) rejects the whole row with a reason
   that names the column and the value, e.g. ``column 'tok/s/gpu': '12x' is not a number``.
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from ingest.record import RECOMPUTE, REPORTED_FIELDS, STATUSES
+from core.record import COUNT_SUFFIXES, RECOMPUTE, REPORTED_FIELDS, STATUSES, parse_param_count, scale_count
 
 __all__ = [
     "ParseResult",
@@ -39,9 +39,9 @@ __all__ = [
     "parse_int",
     "parse_percent",
     "parse_size",
+    "parse_param_cell",
     "parse_bool",
     "find_size_token",
-    "canonical_precision",
     "canonical_recompute",
     "canonical_status",
     "extra_key",
@@ -225,15 +225,26 @@ def parse_percent(column: str, raw: str | None) -> tuple[float, bool] | None:
 
 
 _SIZE_RE = re.compile(r"([0-9][0-9,]*(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([kKmMgGbBtT]?)")
-_DECIMAL_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
 _BINARY_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "b": 2**30, "t": 2**40}
 
 
-def parse_size(column: str, raw: str | None, *, binary: bool = False) -> tuple[int, str] | None:
-    """A count with an optional magnitude suffix: '1.7B', '405B', '1.34G', '760m', '1T',
-    '64862437376' -> (count, suffix). None when empty.
+def parse_param_cell(column: str, raw: str | None) -> int | None:
+    """A parameter-count cell ('1.7B', '405B', '1.34G', '760m', '64862437376'; a bare number below
+    10,000 is billions) by core.record.parse_param_count, the parser the API and the CLI use. None
+    when empty; RowError naming the column and the value otherwise."""
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return parse_param_count(raw)
+    except ValueError as exc:
+        raise cell_error(column, raw, f"is not a parameter count ({exc})") from None
 
-    Suffixes K/M/G(=B)/T are decimal (10^3...) for parameter counts; ``binary=True`` reads them as
+
+def parse_size(column: str, raw: str | None, *, binary: bool = False) -> tuple[int, str] | None:
+    """A count with an optional magnitude suffix: '16M', '4M', '1T', '1048576' -> (count, suffix).
+    None when empty. (Parameter counts: parse_param_cell.)
+
+    Suffixes K/M/G(=B)/T are decimal (core.record.COUNT_SUFFIXES); ``binary=True`` reads them as
     powers of two (K=2^10, M=2^20, ...) for token batch sizes ('16M' tokens -> 16,777,216).
     Raises RowError for anything else or for a count that is not a whole number."""
     if raw is None or not raw.strip():
@@ -246,8 +257,7 @@ def parse_size(column: str, raw: str | None, *, binary: bool = False) -> tuple[i
         if not _THOUSANDS_RE.fullmatch(digits):
             raise cell_error(column, raw, "is not a count")
         digits = digits.replace(",", "")
-    units = _BINARY_UNITS if binary else _DECIMAL_UNITS
-    value = Decimal(digits) * units[suffix]
+    value = Decimal(digits) * (_BINARY_UNITS[suffix] if binary else COUNT_SUFFIXES[suffix.upper()])
     if value != value.to_integral_value() or value < 0:
         raise cell_error(column, raw, "is not a whole count")
     return int(value), suffix
@@ -263,8 +273,7 @@ def find_size_token(text: str) -> int | None:
     m = _SIZE_TOKEN_RE.search(text or "")
     if not m:
         return None
-    value = Decimal(m.group(1)) * _DECIMAL_UNITS[m.group(2).lower()]
-    return int(value)
+    return scale_count(m.group(1), m.group(2))
 
 
 _TRUE = {"true", "yes", "1", "y", "t"}
@@ -285,29 +294,6 @@ def parse_bool(column: str, raw: str | None) -> bool | None:
 
 # --------------------------------------------------------------------------------------------
 # Vocabulary
-
-
-def canonical_precision(raw: str | None) -> str | None:
-    """Lower-case canonical precision: 'amp_bf16'/'torch.bfloat16'/'None (bfloat16)' -> 'bf16';
-    'FP8', 'MXFP8', 'FP8-CS', 'Float8 ...', 'amp_fp8' -> 'fp8'; 'NVFP4' -> 'fp4'; fp16, tf32,
-    fp32 likewise. An unrecognised string is returned lower-cased (the server decides).
-    None when empty."""
-    if raw is None or not raw.strip():
-        return None
-    s = raw.strip().lower().replace("torch.", "")
-    if "fp4" in s or "float4" in s:
-        return "fp4"
-    if "fp8" in s or "float8" in s:
-        return "fp8"
-    if "bf16" in s or "bfloat16" in s:
-        return "bf16"
-    if "fp16" in s or "float16" in s or s == "half":
-        return "fp16"
-    if "tf32" in s:
-        return "tf32"
-    if "fp32" in s or "float32" in s or s == "float":
-        return "fp32"
-    return s
 
 
 def canonical_recompute(column: str, raw: str | None) -> str | None:

@@ -24,7 +24,7 @@ Sources of the line formats
 - Device names as CUDA/ROCm report them (``torch.cuda.get_device_name``, nvidia-smi, rocm-smi):
   ``NVIDIA H100 80GB HBM3``, ``NVIDIA A100-SXM4-80GB``, ``Tesla V100-PCIE-32GB``, ``Tesla T4``,
   ``NVIDIA L4``, ``AMD Instinct MI300X``. The server maps the name to its catalog name
-  (``service/hardware.py``) and keeps the reported one.
+  (``core/hardware.py``) and keeps the reported one.
 - NCCL ``NCCL INFO NCCL version 2.21.5+cuda12.4``; ``torch version ..... 2.1.0`` / ``PyTorch
   version: 2.1.0`` (Megatron-DeepSpeed, ``collect_env``); ``CUDA version: 12.1``.
 """
@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from core.record import scale_count
 
 __all__ = ["log_facts"]
 
@@ -130,14 +132,14 @@ def log_facts(text: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     # -- model size
     params: set[int] = set()
     for value, unit in re.findall(r"Total number of parameters: ([\d.]+)\s*([KMGBT]?)\b", text):
-        params.add(round(float(value) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}[unit]))
+        params.add(scale_count(value, unit))
     billions = re.findall(r"Total number of parameters in billions:\s*([\d.]+)", text)
     if billions:
-        params |= {round(float(v) * 1e9) for v in billions}
+        params |= {scale_count(v, "B") for v in billions}
         extra["model_params_rounded_to"] = "0.01B (Megatron prints billions to 2 decimals)"
     params |= {int(v.replace(",", "")) for v in re.findall(r"\bNumber of parameters:\s*([\d,]{4,})\b", text)}
     for value, unit in re.findall(r"^\s*([\d.]+)\s*([KMBT])\s+Total params\b", text, re.MULTILINE):
-        params.add(round(float(value) * {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}[unit]))
+        params.add(scale_count(value, unit))
     f.put("model_params", params)
 
     # -- hardware and software

@@ -38,17 +38,18 @@ import ast
 import re
 from typing import Any
 
+from core.record import COUNT_SUFFIXES, scale_count
+
 __all__ = ["COUNTERS", "EXTRACTORS", "NUM", "human_number"]
 
 NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-_SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
 _TIME = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
 def human_number(value: str) -> float | None:
-    """'2.14 B' -> 2.14e9, '17.1 B' -> 1.71e10, '13.63' -> 13.63; junk -> None."""
+    """'2.14 B' -> 2.14e9, '17.1 B' -> 1.71e10, '13.63' -> 13.63 (core.record.COUNT_SUFFIXES); junk -> None."""
     m = re.fullmatch(rf"\s*({NUM})\s*([KMBGTP]?)\s*", value.replace(",", ""))
-    return float(m.group(1)) * _SCALE[m.group(2)] if m else None
+    return float(m.group(1)) * COUNT_SUFFIXES[m.group(2)] if m else None
 
 
 def _num(value: str | None) -> float | None:
@@ -114,7 +115,7 @@ def maxtext(text: str) -> tuple[list[dict], dict, dict, dict]:
     config: dict[str, Any] = {}
     params = re.search(rf"number parameters: ({NUM}) billion", text)
     if params:
-        config["model_params"] = round(float(params.group(1)) * 1e9)
+        config["model_params"] = scale_count(params.group(1), "B")
     extra = {"per_device_is": "JAX device (TPU v4/v5p: a chip of 2 TensorCores counts as printed)"} if records else {}
     return records, {"peak": None, "reserved": None}, config, extra
 
@@ -194,7 +195,7 @@ def deepspeed(text: str) -> tuple[list[dict], dict, dict, dict]:
         records.append({
             "step": step,
             "step_time_s": seconds,
-            "tflops_per_gpu": float(fm.group(1)) * _SCALE[fm.group(2)] / 1e12 if fm else None,
+            "tflops_per_gpu": float(fm.group(1)) * COUNT_SUFFIXES[fm.group(2)] / 1e12 if fm else None,
             "samples_per_sec": _num(_profiler_value(block, "samples/second")),
         })
         for label, field in (("world size", "world_size"), ("data parallel size", "dp"),

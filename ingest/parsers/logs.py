@@ -8,7 +8,7 @@ sizes, device names, parameter counts, versions) come from :mod:`ingest.parsers.
 
 Standard library only. :func:`parse_log` reads a whole log (all ranks, stdout and stderr together
 is fine) and returns ONE run-record dict whose keys are those of
-:data:`ingest.record.REPORTED_FIELDS`; keys the log says nothing about are left out.
+:data:`core.record.REPORTED_FIELDS`; keys the log says nothing about are left out.
 
 Line formats understood (checked against the frameworks' own format strings):
 
@@ -85,10 +85,10 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from core.record import ALIASES, COUNT_SUFFIXES, REPORTED_FIELDS
 from ingest.classify import classify_text
 from ingest.parsers import log_formats
 from ingest.parsers.log_facts import log_facts
-from ingest.record import ALIASES, REPORTED_FIELDS
 
 __all__ = ["FORMATS", "FRAMEWORK", "LogNotRecognised", "WARMUP_RECORDS", "detect_format", "parse_log"]
 
@@ -121,13 +121,12 @@ _MEGATRON_ITER = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|(.*)$", re.M)
 _TITAN_STEP = re.compile(r"step:(?<!validate step:)(?<!validation step:)\s*(\d+)\s+loss:\s*(\S+)(.*)$", re.M)
 
 _UNITS_GIB = {"kib": 2.0**-20, "kb": 2.0**-20, "mib": 2.0**-10, "mb": 2.0**-10, "gib": 1.0, "gb": 1.0}
-_HUMAN_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 
 
 def _human(value: str) -> float | None:
     """nanotron's ``human_format`` back to a number: '3.27K' -> 3270.0, '1.87e-05' -> 1.87e-05."""
     m = re.fullmatch(rf"\s*({_NUM})\s*([KMBGTPE]?)\s*", value)
-    return float(m.group(1)) * _HUMAN_SUFFIX[m.group(2)] if m else None
+    return float(m.group(1)) * COUNT_SUFFIXES[m.group(2)] if m else None
 
 
 def _number(value: str) -> float | None:

@@ -40,14 +40,14 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
+from core.hardware import canonical_precision
+from core.record import scale_count
 from ingest.parsers.common import (
     ParseResult,
     RowError,
     apply_defaults,
-    canonical_precision,
     canonical_recompute,
     canonical_status,
     cell_error,
@@ -57,9 +57,9 @@ from ingest.parsers.common import (
     parse_decimal,
     parse_float,
     parse_int,
+    parse_param_cell,
     parse_percent,
     parse_rows,
-    parse_size,
     row_digest,
 )
 
@@ -257,10 +257,10 @@ def _model(cells: Mapping[str, str], rec: dict, extra: dict, defaults: Mapping) 
     elif cells.get("num_params"):
         # The playbook's num_params column is the corrected size in billions (1.34 on every row).
         value = (parse_decimal("num_params", cells["num_params"]) or (0,))[0]
-        rec["model_params"] = int(value * 10**9)
+        rec["model_params"] = scale_count(value, "B")
         extra["model_params_from"] = "num_params (billions)"
     elif cells.get("Total Params") and rec["pp"] == 1:
-        rec["model_params"] = (parse_size("Total Params", cells["Total Params"]) or (None,))[0]
+        rec["model_params"] = parse_param_cell("Total Params", cells["Total Params"])
         extra["model_params_from"] = "Total Params"
 
     mismatch = {}
@@ -326,5 +326,4 @@ def model_params_from_name(name: str) -> int | None:
     m = _PREFIX_RE.match(name or "")
     if not m:
         return None
-    return int(Decimal(m.group(1)) * {"k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9,
-                                      "t": 10**12}[m.group(2).lower()])
+    return scale_count(m.group(1), m.group(2))

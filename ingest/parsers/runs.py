@@ -3,7 +3,7 @@ exports, JSONL of run objects, or rows from a Parquet file. Standard library onl
 
 :func:`parse_rows` turns an iterable of ``(line_no, row dict)`` into a :class:`ParseResult`:
 
-- every column must be a run-record field (:data:`ingest.record.REPORTED_FIELDS`) or one of the
+- every column must be a run-record field (:data:`core.record.REPORTED_FIELDS`) or one of the
   ``server_columns`` the service computes (id, ingested_at, content_hash, model_size_class,
   mfu_derived, ... -- dropped: the server recomputes them); anything else is an error naming the
   column and the nearest known name, unless ``extra_columns`` (kept in ``extra``) or renamed by
@@ -24,8 +24,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from core.record import REPORTED_FIELDS
 from ingest.parsers.common import ParseResult, Reject, UnknownColumns, check_columns
-from ingest.record import REPORTED_FIELDS
 
 __all__ = ["iter_csv", "iter_jsonl", "parse_rows"]
 

@@ -53,11 +53,11 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from core.hardware import canonical_precision
 from ingest.parsers.common import (
     ParseResult,
     RowError,
     apply_defaults,
-    canonical_precision,
     canonical_recompute,
     canonical_status,
     extra_key,
@@ -65,6 +65,7 @@ from ingest.parsers.common import (
     finish_record,
     parse_float,
     parse_int,
+    parse_param_cell,
     parse_percent,
     parse_rows,
     parse_size,
@@ -175,11 +176,11 @@ def parse_row(cells: Mapping[str, str], defaults: Mapping[str, Any] | None = Non
 
 
 def _model_params(cells: Mapping[str, str], rec: dict, extra: dict, defaults: Mapping) -> None:
-    """model_params from the column ('1.7B', '405B', '64862437376'), else a default, else the
-    size token of the model name."""
-    parsed = parse_size("model_params", cells.get("model_params"))
+    """model_params from the column ('1.7B', '405B', '64862437376': parse_param_cell), else a default,
+    else the size token of the model name."""
+    parsed = parse_param_cell("model_params", cells.get("model_params"))
     if parsed is not None:
-        rec["model_params"] = parsed[0]
+        rec["model_params"] = parsed
     elif defaults.get("model_params") is None and rec.get("model_name"):
         inferred = find_size_token(rec["model_name"])
         if inferred is not None:

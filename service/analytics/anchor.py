@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from service import hardware
+from core import hardware
 from service.analytics import throughput as th
 
 #: bounds and fallback of a correlation length, per ln 2 of step (in recommend's distance units, ln

@@ -19,9 +19,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from service import hardware
+from core import hardware
+from core.rules import METRICS
 from service.errors import BadRequest
-from service.ranking import METRICS, SqlExpr, best_order
+from service.ranking import SqlExpr, best_order
 from service.tables import Run
 
 #: 'success' inlined in the SQL (not a bind parameter), so PostgreSQL matches the partial indexes

@@ -27,12 +27,14 @@ Calibration and hold-out checks: bench/memory_accuracy.py on the Ultra-Scale Pla
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass, field
-from typing import Any
 
-from service.hardware import canonical_precision, lookup
+from core.hardware import canonical_precision, lookup
+from core.model import ModelShape, resolve_shape, stage_split
+from core.model import assume as _default
+from core.record import flag_field as _flag
+from core.record import get_field as _get
+from core.record import positive_int_field as _pos_int
 
 GIB = 2**30
 
@@ -101,144 +103,7 @@ COMPONENTS = ("params", "grads", "fp32_grad_accum", "master_weights", "optimizer
               "allocator_fragmentation", "cuda_context_nccl")
 
 
-def _get(run: dict, key: str) -> Any:
-    """run[key], else run["extra"][key] (extra may be a dict or its JSON text); NaN = missing."""
-    value, extra = run.get(key), run.get("extra")
-    if isinstance(extra, str):
-        try:
-            extra = json.loads(extra)
-        except ValueError:
-            extra = None
-    if value is None and isinstance(extra, dict):
-        value = extra.get(key)
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
-
-
-def _pos_int(run: dict, key: str) -> int | None:
-    if (value := _get(run, key)) in (None, ""):
-        return None
-    try:
-        number = int(float(value))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{key}: not a number: {value!r}") from exc
-    if number <= 0:
-        raise ValueError(f"{key}: must be positive, got {value!r}")
-    return number
-
-
-def _flag(run: dict, key: str) -> bool | None:
-    if (value := _get(run, key)) in (None, ""):
-        return None
-    return value.strip().lower() in ("1", "true", "yes", "t") if isinstance(value, str) else bool(value)
-
-
-def _default(value: Any, default: Any, notes: list[str], note: str) -> Any:
-    """`value`, or `default` with `note` recorded as an assumption when value is None."""
-    if value is None:
-        notes.append(note)
-        return default
-    return value
-
-
-@dataclass
-class _Model:
-    h: int
-    layers: int
-    heads: int
-    kv: int
-    ffn: int
-    vocab: int
-    tied: bool
-
-    @property
-    def head_dim(self) -> int:
-        return self.h // self.heads
-
-    def layer_params(self) -> int:
-        """Llama block: q,o (h·h each), k,v (h·kv·d each), SwiGLU gate/up/down (3·h·ffn), 2 RMSNorms."""
-        qd, kvd = self.heads * self.head_dim, self.kv * self.head_dim
-        return 2 * self.h * qd + 2 * self.h * kvd + 3 * self.h * self.ffn + 2 * self.h
-
-    def total_params(self) -> int:
-        emb = self.vocab * self.h * (1 if self.tied else 2)
-        return self.layers * self.layer_params() + emb + self.h
-
-
-def _resolve_model(run: dict, notes: list[str]) -> _Model:
-    """Model dims from the record; missing ones inferred from model_params (noted in `notes`)."""
-    n = _pos_int(run, "model_params")
-    h, layers = _pos_int(run, "hidden_size"), _pos_int(run, "num_layers")
-    vocab = _default(_pos_int(run, "vocab_size"), 128256, notes, "vocab_size=128256 (Llama-3 tokenizer)")
-    tied = _flag(run, "tie_word_embeddings")
-    if tied is None:
-        # small models usually tie (Llama-3.2 1B/3B, SmolLM, Qwen2.5 <= 3B), large ones do not
-        tied = n is not None and n <= 4e9
-        notes.append(f"tie_word_embeddings={tied} (not reported; small models usually tie)")
-    if h is None or layers is None:
-        if n is None:
-            missing = "hidden_size" if h is None else "num_layers"
-            raise ValueError(f"model_params: required when {missing} is missing (cannot size the model)")
-        emb = vocab * (1 if tied else 2)
-        if h is None and layers is not None:   # N ≈ 12·L·h² + emb·h  [UP]: ~12h² params per block
-            a, b = 12 * layers, emb
-            h = int(round((-b + math.sqrt(b * b + 4 * a * n)) / (2 * a) / 128)) * 128 or 128
-            notes.append(f"hidden_size={h} inferred from model_params and num_layers (12·L·h² + V·h)")
-        elif h is not None:
-            layers = max(1, round((n - emb * h) / (12 * h * h)))
-            notes.append(f"num_layers={layers} inferred from model_params and hidden_size (12·L·h² + V·h)")
-        else:  # Llama-family aspect ratio h ≈ 128·L (1B: 2048/16, 8B: 4096/32, 405B: 16384/126)
-            layers = max(1, round((n / (12 * 128 * 128)) ** (1 / 3)))
-            h = 128 * layers
-            notes.append(f"num_layers={layers}, hidden_size={h} inferred from model_params (h ≈ 128·L)")
-    heads = _default(_pos_int(run, "num_heads"), max(1, h // 128), notes, "num_heads=h/128 (head_dim 128)")
-    kv = _default(_pos_int(run, "num_kv_heads"), heads, notes, "num_kv_heads=num_heads (no GQA)")
-    ffn = _pos_int(run, "ffn_hidden_size")
-    model = _Model(h, layers, heads, kv, 0, vocab, tied)
-    if ffn is None:
-        if n is not None:  # solve N = L·(attn + 3·h·ffn + 2h) + emb + h for ffn, round to 256
-            rest = (n - model.total_params()) / layers
-            ffn = max(256, int(round(rest / (3 * h) / 256)) * 256)
-            notes.append(f"ffn_hidden_size={ffn} inferred from model_params")
-        else:
-            ffn = int(math.ceil(8 * h / 3 / 256)) * 256
-            notes.append(f"ffn_hidden_size={ffn} (SwiGLU 8h/3)")
-    model.ffn = ffn
-    if n is not None and abs(model.total_params() - n) > 0.05 * n:
-        notes.append(f"dims give {model.total_params():,} params vs model_params {n:,}; dims used")
-    return model
-
-
-def _stage_split(model: _Model, pp: int, balanced: bool) -> tuple[list[int], int]:
-    """(decoder layers per pipeline stage, the 0-based stage that holds the lm_head).
-
-    balanced (nanotron build_model [NT]): blocks are walked in order, the lm_head counts V·h
-    against a layer's 4·a·d·h + 3·ffn·h, and a stage is closed once the cumulative cost reaches
-    its share cost·(r+1)/pp — which reproduces the sweep's "Local Params" (10/5/3 first-stage layers
-    for pp 2/4/8 on the 1.34B model). The lm_head lands on the stage the walk has reached after the
-    last decoder layer — not the last one when the split leaves trailing stages without layers (a
-    small model over many stages: 1.34B over 8 stages splits its 16 layers 3/2/3/2/3/2/1/0 and the
-    head is on stage 6; only the fp32 cast and the loss move on). Otherwise Megatron-style uniform
-    split, the head on the last stage.
-    """
-    if pp == 1:
-        return [model.layers], 0
-    if not balanced:
-        base, extra_layers = divmod(model.layers, pp)
-        return [base + (1 if r < extra_layers else 0) for r in range(pp)], pp - 1
-    c = 4 * model.heads * model.head_dim * model.h + 3 * model.ffn * model.h
-    total = model.layers * c + model.vocab * model.h
-    counts, rank, cum = [0] * pp, 0, 0
-    for _ in range(model.layers):
-        cum += c
-        counts[rank] += 1
-        if rank < pp - 1 and cum >= total * (rank + 1) / pp:
-            rank += 1
-    return counts, rank
-
-
-def _activation_bytes_per_token(model: _Model, seq: int, tp: int, sp: bool, recompute: str,
+def _activation_bytes_per_token(model: ModelShape, seq: int, tp: int, sp: bool, recompute: str,
                                 flash: bool, op_sac: bool = False) -> tuple[float, float]:
     """(bytes kept per token per layer, bytes of one layer's full activations per token), one GPU.
 
@@ -282,7 +147,7 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
     Raises ValueError naming the field when the estimate is impossible.
     """
     notes: list[str] = []
-    model = _resolve_model(run, notes)
+    model = resolve_shape(run, notes)
     seq = _pos_int(run, "seq_len")
     if seq is None:
         raise ValueError("seq_len: required to size activations")
@@ -356,7 +221,7 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
 
     # --- per pipeline stage ------------------------------------------------------------------
     # the lm_head's stage (its fp32 cast and the loss run on the last one: the logits are counted there)
-    layer_split, head_stage = _stage_split(model, pp, balanced=nanotron)
+    layer_split, head_stage = stage_split(model, pp, balanced=nanotron)
     kept, full_layer = _activation_bytes_per_token(model, seq, tp, sp, recompute, flash,
                                                    op_sac="torchtitan" in framework)
     tokens_mb = mbs * seq / cp            # tokens of one micro-batch on one GPU (CP splits s)

@@ -14,7 +14,7 @@ With the SmolLM3 inputs (3B parameters, 11T tokens, 28 days, 720 TFLOP/s, 30 % M
   (predicted tokens/s/GPU · seconds) — never a neighbour's measured
   MFU, and never a run without a known precision (those are not fitted on).
 - Peak: `peak_tflops` when given; else the hardware catalog's dense peak for gpu_type
-  (service/hardware.py, bf16 by default) — gpu_type defaults to the MFU run's when not given.
+  (core/hardware.py, bf16 by default) — gpu_type defaults to the MFU run's when not given.
 - Efficiency at scale: the Amdahl fit of the MFU run's size class (service/analytics/scaling.py), when
   it has one, predicts the efficiency at the planned node count relative to the node count the MFU was
   measured at; `nodes_with_scaling_loss` / `gpus_with_scaling_loss` solve for the cluster whose
@@ -24,37 +24,27 @@ With the SmolLM3 inputs (3B parameters, 11T tokens, 28 days, 720 TFLOP/s, 30 % M
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service import hardware
+from core import hardware
+from core.model import model_size_class
+from core.record import parse_count
 from service.analytics import scaling as sc
 from service.analytics.recommend import parse_model_params
-from service.derive import model_size_class
 from service.errors import BadRequest, NotFound
 
 SECONDS_PER_DAY = 86_400.0
-_TOKENS = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtTpP]?)\s*$")
-_TOKEN_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 
 
 def parse_tokens(value: str | int | float) -> int:
-    """'11T' | '1.5e12' | '500B' | 15000000000 → a token count (int). K/M/B(G)/T/P suffixes are powers of
-    1,000. Raises BadRequest naming the value when it cannot be read or is not positive."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        n = float(value)
-    else:
-        m = _TOKENS.match(str(value).replace(",", "").replace("_", ""))
-        if not m:
-            raise BadRequest(f"tokens '{value}' is not a count like 11T, 1e12 or 500B",
-                             [{"field": "tokens", "value": value, "message": "unparseable token count"}])
-        n = float(m.group(1)) * _TOKEN_SCALE[m.group(2).lower()]
-    if not math.isfinite(n) or n < 1:
-        raise BadRequest(f"tokens '{value}' must be a positive count",
-                         [{"field": "tokens", "value": value, "message": "must be positive"}])
-    return int(round(n))
+    """'11T' | '1.5e12' | '500B' | 15000000000 → a token count (int): core.record.parse_count (K/M/B(G)/T/P
+    suffixes are powers of 1,000). Raises BadRequest naming the value when it cannot be read or is not positive."""
+    try:
+        return parse_count(value, what="token count")
+    except ValueError as exc:
+        raise BadRequest(f"tokens: {exc}", [{"field": "tokens", "value": value, "message": str(exc)}]) from None
 
 
 def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_type: str | None,

@@ -36,22 +36,22 @@ from __future__ import annotations
 
 import heapq
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from service import hardware
+from core import hardware
+from core.model import model_size_class, resolve_shape
+from core.record import parse_param_count
+from core.rules import CONFIG_FIELDS
 from service.analytics import throughput as th
 from service.analytics.anchor import Anchors
-from service.analytics.memory import _resolve_model, estimate_memory
-from service.derive import model_size_class
+from service.analytics.memory import estimate_memory
 from service.errors import BadRequest
 from service.tables import Run
 
-CONFIG_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
 LAYOUT_FIELDS = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute")
 DIM_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
 _RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
@@ -70,29 +70,14 @@ MEMORY_LOG_SIGMA = 0.12
 #: beyond the nearest in |ln(nodes ratio)| (ln 2: the next power of two too)
 WORKED_NODES_SLACK = math.log(2) + 1e-9
 
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*$")
-_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-
-
-def parse_model_params(value: str | float) -> int:
-    """'8B' | '1.34B' | '8e9' | '470' | 8030261248 -> parameter count.
-
-    A bare number below 10,000 is read as billions ("8" -> 8e9). Raises BadRequest naming the value.
-    """
-    if isinstance(value, (int, float)):
-        n = float(value)
-    else:
-        m = _SIZE.match(str(value))
-        if not m:
-            raise BadRequest(f"model_params '{value}' is not a size like 8B, 1.34B or 8e9",
-                             [{"field": "model_params", "value": value, "message": "unparseable size"}])
-        n = float(m.group(1)) * _SCALE[m.group(2).lower()]
-    if n < 1e4:
-        n *= 1e9
-    if not math.isfinite(n) or n <= 0:
-        raise BadRequest(f"model_params '{value}' must be positive",
-                         [{"field": "model_params", "value": value, "message": "must be positive"}])
-    return int(n)
+def parse_model_params(value: str | int | float) -> int:
+    """A target's model size: core.record.parse_param_count ('8B', '1.34B', '8e9', 8030261248; a
+    bare number below 10,000 is billions: '8' -> 8e9). Raises BadRequest naming model_params."""
+    try:
+        return parse_param_count(value)
+    except ValueError as exc:
+        raise BadRequest(f"model_params: {exc}",
+                         [{"field": "model_params", "value": value, "message": str(exc)}]) from None
 
 
 @dataclass
@@ -191,10 +176,10 @@ def _complete_target(target: Target, rows: list[dict[str, Any]], notes: list[str
     ctx.update(dims)
     if not all(dims.get(f) for f in DIM_FIELDS):
         # what the target leaves out is inferred from model_params, as the memory and throughput models do
-        # (service/analytics/memory._resolve_model): said, so that the answer is read for those dims
+        # (core.model.resolve_shape): said, so that the answer is read for those dims
         inferred: list[str] = []
         try:
-            _resolve_model({**ctx, "model_params": ctx["model_params"]}, inferred)
+            resolve_shape({**ctx, "model_params": ctx["model_params"]}, inferred)
         except ValueError:
             inferred = []
         inferred = [n for n in inferred if not n.startswith("dims give")]  # a check, not an inference

@@ -34,13 +34,13 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from service import hardware
+from core import hardware
+from core.rules import CONFIG_FIELDS
 from service.analytics.heatmap import METRICS, metric_expr
 from service.errors import BadRequest, NotFound
 from service.ranking import best_order
 from service.tables import Run
 
-CONFIG_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute")
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 

@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from scipy.stats import norm
 from sqlalchemy.orm import Session
 
+from core.rules import CONFIG_FIELDS
 from service.analytics import recommend as rec
 from service.tables import Run
 
@@ -46,7 +47,7 @@ def best_recorded(session: Session, ctx: dict[str, Any]) -> dict[str, Any] | Non
     if run is None:
         return None
     return {"id": run.id, "tokens_per_sec_per_gpu": run.tokens_per_sec_per_gpu,
-            "config": {f: getattr(run, f) for f in rec.CONFIG_FIELDS}}
+            "config": {f: getattr(run, f) for f in CONFIG_FIELDS}}
 
 
 def expected_improvement(mu: float, best: float, sigma: float) -> float:
@@ -84,7 +85,7 @@ def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, An
         sigma = (sigma0 * (1.0 + item.widen / rec.MAX_WIDEN) if a["evidence_distance"] is None
                  else sigma0 * math.sqrt(a["variance"]))
         ei = expected_improvement(item.predicted["tokens_per_sec_per_gpu"], y, sigma)
-        ranked.append((-ei, tuple(str(item.config[f]) for f in rec.CONFIG_FIELDS), item, ei, sigma))
+        ranked.append((-ei, tuple(str(item.config[f]) for f in CONFIG_FIELDS), item, ei, sigma))
     ranked.sort(key=lambda e: e[:2])
     out: list[dict[str, Any]] = []
     counts: dict[str, int] = {}

@@ -39,7 +39,7 @@ configuration's best recorded tokens/s/GPU: slower repeats are contention, a con
 fast as it has been shown to run), keeping those that compete in their cell (COMPETITIVE_FRACTION).
 Runs that recorded their collective bandwidths (nanotron's "AllReduce (GB/s)",
 extra.allreduce_gb_s / ar_intra_node_gb_s) are fitted with them; targets take the median recorded at
-the same (or the nearest) node count, else the catalog's link bandwidths (service/hardware.LINKS).
+the same (or the nearest) node count, else the catalog's link bandwidths (core/hardware.LINKS).
 
 Held-out error: the leave-one-out residuals of the fit, r_i/(1−h_ii) with h the hat matrix of the
 linearised problem (Cook & Weisberg 1982, ch. 3; exact for linear least squares, first-order
@@ -60,7 +60,7 @@ import sqlalchemy as sa
 from scipy.optimize import least_squares
 from sqlalchemy.orm import Session
 
-from service import hardware
+from core import hardware
 from service.analytics.throughput_terms import Terms, as_arrays, terms
 from service.tables import Run
 

@@ -18,7 +18,7 @@ parameters. Sources, cited again at each formula:
         §3.3 the end-to-end FLOPs per iteration 96·B·s·l·h²(1 + s/6h + V/16lh) ≈ (6N + 12·l·h·s)
         per token, and the recomputation's extra forward pass (8N instead of 6N).
 - [PaLM] Chowdhery et al. 2022, arXiv 2204.02311, appendix B: model FLOPs per token 6N + 12·L·h·s
-        (service/derive.flops_per_token, the one copy of that rule).
+        (core.model.flops_per_token, the one copy of that rule).
 - [RANKS] The rank order of the process groups: nanotron's ParallelContext lays the world out as
         (ep, pp, dp, cp, tp), TP innermost and PP outermost (huggingface/nanotron
         src/nanotron/parallel/context.py, `parallel_order`); Megatron-Core's default order
@@ -34,9 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from service import hardware
-from service.analytics.memory import _Model, _resolve_model, _stage_split
-from service.derive import flops_per_token
+from core import hardware
+from core.model import ModelShape, flops_per_token, resolve_shape, stage_split
 
 _BF16 = 2
 _FP32 = 4
@@ -117,18 +116,18 @@ def _int(cfg: dict[str, Any], key: str, default: int = 1) -> int:
     return default if value in (None, "") else int(value)
 
 
-def model_dims(cfg: dict[str, Any]) -> _Model:
+def model_dims(cfg: dict[str, Any]) -> ModelShape:
     """The model's dims (reported, else inferred from model_params as the memory model does)."""
-    return _resolve_model(cfg, [])
+    return resolve_shape(cfg, [])
 
 
-def stage_imbalance(model: _Model, pp: int, seq: int, framework: str | None) -> float:
+def stage_imbalance(model: ModelShape, pp: int, seq: int, framework: str | None) -> float:
     """r = FLOPs of the slowest pipeline stage / mean stage FLOPs (1.0 without PP).
 
-    The stages are split as the framework splits them (service/analytics/memory._stage_split, the
+    The stages are split as the framework splits them (core.model.stage_split, the
     one copy of that rule: nanotron's build_model balances its own cost estimate, 4·a·d·h + 3·ffn·h
     per layer against V·h for the lm_head; otherwise Megatron's uniform split of the layers); the
-    lm_head runs on the stage the split puts it on (memory._stage_split: nanotron's walk can leave
+    lm_head runs on the stage the split puts it on (core.model.stage_split: nanotron's walk can leave
     trailing stages without layers, the head then sits before them; Megatron's last stage). Each
     stage's true FLOPs per token, forward and backward, are 6·(layer params) + 12·h·s per layer
     [PaLM appendix B] and 6·V·h for the lm_head. In 1F1B the
@@ -139,7 +138,7 @@ def stage_imbalance(model: _Model, pp: int, seq: int, framework: str | None) -> 
     if pp <= 1:
         return 1.0
     nanotron = "nanotron" in str(framework or "").lower() or not framework
-    layers, head = _stage_split(model, pp, balanced=nanotron)
+    layers, head = stage_split(model, pp, balanced=nanotron)
     per_layer = 6.0 * model.layer_params() + 12.0 * model.h * seq
     stage = [n * per_layer for n in layers]
     stage[head] += 6.0 * model.vocab * model.h
@@ -166,7 +165,7 @@ def dp_ranks_per_node(dp: int, tp: int, cp: int, gpus_per_node: int) -> int:
     Why it matters: a DP group's all-reduce across nodes moves about twice its buffer through the
     network per node whatever k is — NCCL's ring crosses each node boundary once per channel, its
     tree reduces inside the node first — and spreads it over the links of the group's k GPUs on
-    the node (one NIC per GPU, as service/hardware.LINKS assumes: a rail-optimised node). So the
+    the node (one NIC per GPU, as core/hardware.LINKS assumes: a rail-optimised node). So the
     group's bus bandwidth across nodes is k GPUs' worth of links: k × the catalog's per-GPU
     network bandwidth (at CATALOG_NETWORK_EFFICIENCY), or k / gpus_per_node of a recorded
     full-node all-reduce bandwidth (NVIDIA nccl-tests doc/PERFORMANCE.md, bus bandwidth; public

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, ConfigDict, create_model
 
+from core.rules import config_label
 from service import __version__
 from service import limits as L
 from service.analytics import heatmap as hm
@@ -16,7 +17,6 @@ from service.analytics import recommend as rec
 from service.api.deps import DatabaseDep, SessionDep
 from service.api.responses import model_response
 from service.api.security import READ
-from service.ranking import config_label
 from service.schemas import ErrorBody, Health, RunOut, UtcDatetime
 from service.store import naive_utc
 from service.tables import Run

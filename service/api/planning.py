@@ -8,12 +8,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
+from core.model import model_size_class
 from service import limits as L
 from service.analytics import planner, regressions, scaling
 from service.analytics.recommend import parse_model_params
 from service.api.deps import SessionDep
 from service.api.security import READ
-from service.derive import model_size_class
 from service.schemas import ErrorBody, UtcDatetime
 from service.store import naive_utc
 

@@ -160,12 +160,13 @@ def list_runs(
     `retired`), `limit` per page (≤ 1,000), keyset cursor.
 
     Body: `{"runs": [...], "next_cursor": str | null, "total": N}` where `total` counts all matches.
-    `gpu_type` and `precision` accept catalog aliases ("h100_80gb", "torch.bfloat16"); `model_params`
-    accepts "8B", "350M", "1.34B" (the CLI's parser, `ingest.record.parse_param_count`). A query
+    `gpu_type` and `precision` accept catalog aliases ("h100_80gb", "torch.bfloat16", "half"); `model_params`
+    accepts "8B", "350M", "1.34B", and a bare number below 10,000 as billions ("8" = 8B), as /recommend
+    does (`core.record.parse_param_count`, the one parser). A query
     parameter this endpoint does not declare is a 422 naming it (service/api/strict.py).
     """
-    from ingest.record import parse_param_count
-    from service import hardware
+    from core import hardware
+    from core.record import parse_param_count
     from service.errors import ValidationFailed
 
     filters: dict[str, Any] = {k: v for k, v in locals().items() if k in store.FILTER_COLUMNS}

@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 
+from core.rules import config_label
 from service.cli import render
 from service.cli.base import Api, ApiError, app, console, err_console, fail, fetch, print_json
 from service.cli.render import Col
@@ -122,7 +123,7 @@ def scaling(
             fit_eff = 1.0 / (s + (1 - s) / rel) / rel
         rows.append([str(p["nodes"]), render.number(p["world_size"]), render.number(p["tokens_per_sec_per_gpu"]),
                      render.number(p["aggregate_tokens_per_sec"]), render.pct(p.get("efficiency")),
-                     render.pct(fit_eff), render.pct(p.get("mfu")), render.config(p["config"]),
+                     render.pct(fit_eff), render.pct(p.get("mfu")), config_label(p["config"]),
                      f"#{p['best_run_id']}"])
     render.table(console, cols, rows,
                  title=f"{render.size(body['model_size_class'])} on {body.get('gpu_type') or 'any GPU'}"
@@ -207,5 +208,5 @@ def regressions(
                      (render.number(f["z"], digits=1) if f["z"] is not None else "MAD=0")
                      + f" · -{render.number(f['drop_pct'], digits=1)}%",
                      f"{c.get('model_name') or '?'} × {c.get('nodes')} nodes {c.get('gpu_type') or ''} "
-                     f"{render.config(c)} fp {f['fingerprint']}"])
+                     f"{config_label(c)} fp {f['fingerprint']}"])
     render.table(console, cols, rows, lines=True)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
+from core.families import group_cells
+from core.rules import config_label as _label
+from core.rules import effective_mfu as _mfu
 from service.cli import render
 from service.cli.base import (
     GlobalBatchOpt,
@@ -19,9 +22,6 @@ from service.cli.base import (
     fetch,
 )
 from service.cli.render import Col
-from service.families import group_cells
-from service.ranking import config_label as _label
-from service.ranking import effective_mfu as _mfu
 
 
 @app.command()
@@ -35,7 +35,7 @@ def heatmap(
     exact: bool = typer.Option(False, "--exact-sizes", help="one row per size class instead of per family"),
     as_json: bool = typer.Option(False, "--json", help="print the API's JSON (per size class, unchanged)"),
 ) -> None:
-    """Best config per model-size family × node count (service/families.py: a fixed log grid;
+    """Best config per model-size family × node count (core/families.py: a fixed log grid;
     the best run by tokens/s per GPU, then MFU, then the lower id). One row per cell."""
     body = fetch("/heatmap", as_json, metric=metric, gpu_type=gpu_type, seq_len=seq_len,
                          global_batch_tokens=global_batch_tokens, framework=framework, precision=precision)

@@ -329,7 +329,7 @@ def read_json_records(file: Path, text: str) -> tuple[list[tuple[int | None, Any
 
 def _server_columns() -> list[str]:
     """Columns of the runs table that the service computes (not run-record fields)."""
-    from ingest.record import REPORTED_FIELDS
+    from core.record import REPORTED_FIELDS
     from service.tables import Run
 
     return [c.name for c in Run.__table__.columns if c.name not in REPORTED_FIELDS]

@@ -89,9 +89,9 @@ def classify(root_cause: bool = typer.Option(
 
 # ---------------------------------------------------------------------- import log
 def parse_size(text: str) -> int:
-    """'8030261248', '8B', '1.3b', '350M' → parameter count (ingest.record.parse_param_count, the
+    """'8030261248', '8B', '1.3b', '350M' → parameter count (core.record.parse_param_count, the
     parser the API shares). Raises typer.BadParameter."""
-    from ingest.record import parse_param_count
+    from core.record import parse_param_count
 
     try:
         return parse_param_count(text)
@@ -101,7 +101,7 @@ def parse_size(text: str) -> int:
 
 def parse_field(item: str) -> tuple[str, Any]:
     """'key=value' → (field, value typed as the run record's field); 'extra.k=v' → ('extra.k', v)."""
-    from ingest.record import ALIASES, REPORTED_FIELDS
+    from core.record import ALIASES, REPORTED_FIELDS
 
     key, sep, raw = item.partition("=")
     key = key.strip()

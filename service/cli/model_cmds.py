@@ -12,6 +12,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from core.rules import config_label
 from service.cli.base import (
     Api,
     ApiError,
@@ -29,7 +30,6 @@ from service.cli.base import (
     fetch,
     print_json,
 )
-from service.ranking import config_label
 
 
 def _selection(ids: list[int] | None, where: list[str] | None) -> dict[str, Any]:

@@ -174,16 +174,3 @@ def value(column: str, v: Any) -> str:
     if name == "id" or name.endswith("_id") or name in ("nodes", "dp", "tp", "pp", "cp", "ep", "zero_stage"):
         return str(v) if isinstance(v, int) else number(v)
     return number(v)
-
-
-def config(cfg: dict[str, Any]) -> str:
-    """A parallel layout as the heatmap's config label: "DP8 TP1 PP1 GAS16 Z1 MBS2" (CP/EP when > 1,
-    RC:… when recompute is set; "?" for what the run did not record)."""
-    parts = [f"DP{cfg.get('dp') or '?'}", f"TP{cfg.get('tp') or '?'}", f"PP{cfg.get('pp') or '?'}"]
-    parts += [f"{k}{cfg[v]}" for k, v in (("CP", "cp"), ("EP", "ep")) if (cfg.get(v) or 1) > 1]
-    zero = cfg.get("zero_stage")
-    parts += [f"GAS{cfg.get('grad_accum_steps') or '?'}", f"Z{zero if zero is not None else '?'}",
-              f"MBS{cfg.get('micro_batch_size') or '?'}"]
-    if cfg.get("recompute") not in (None, "none"):
-        parts.append(f"RC:{cfg['recompute']}")
-    return " ".join(parts)

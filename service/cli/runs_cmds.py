@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from core.rules import config_label, effective_mfu
 from service.cli import render
 from service.cli.base import Api, ApiError, app, console, err_console, fail, fetch
 from service.cli.progress import QUIET, progress
@@ -72,9 +73,9 @@ def runs_list(
     cols = [Col("id", "right"), Col("model"), Col("nodes", "right"), Col("config"), Col("status"),
             Col("tok/s/GPU", "right"), Col("MFU", "right"), Col("GPU", drop=2), Col("peak mem", "right", drop=1),
             Col("seq", "right", drop=3), Col("source", drop=4)]
-    rows = [[str(r["id"]), r.get("model_name") or "—", render.number(r.get("nodes")), render.config(r),
+    rows = [[str(r["id"]), r.get("model_name") or "—", render.number(r.get("nodes")), config_label(r),
              status_text(r), render.number(r.get("tokens_per_sec_per_gpu")),
-             render.pct(r.get("mfu_derived") if r.get("mfu_derived") is not None else r.get("mfu")),
+             render.pct(effective_mfu(r)),
              r.get("gpu_type") or "—", render.number(r.get("peak_memory_gib"), "GiB", 1),
              render.number(r.get("seq_len")), r.get("source") or "—"] for r in runs]
     total = body.get("total", len(runs))

@@ -1,4 +1,5 @@
-"""Hardware catalog: canonical accelerator names, peak dense FLOPs per precision, memory.
+"""Hardware catalog: canonical accelerator names, peak dense FLOPs per precision, memory, links;
+and the one precision normaliser. Standard library only.
 
 Every entry cites the vendor document its figures come from. Peaks are *dense* (no 2:4
 sparsity), per accelerator, in TFLOP/s; memory is the nominal HBM capacity in GiB-as-marketed
@@ -203,33 +204,41 @@ LINKS: dict[str, tuple[float, float, str]] = {
 
 _BY_NAME = {a.name.lower(): a for a in CATALOG}
 
-# precision strings as frameworks write them -> catalog key
+# precision strings as frameworks write them -> catalog key (exact matches, after "torch." is dropped)
 _PRECISION_KEYS = {
-    "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16", "amp_bf16": "bf16", "bf16-mixed": "bf16",
-    "fp16": "fp16", "float16": "fp16", "torch.float16": "fp16", "amp_fp16": "fp16", "16-mixed": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16", "amp_bf16": "bf16", "bf16-mixed": "bf16",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "amp_fp16": "fp16", "16-mixed": "fp16",
     "fp8": "fp8", "mxfp8": "fp8", "amp_fp8": "fp8", "fp8-hybrid": "fp8", "nvfp8": "fp8",
     "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
-    "tf32": "tf32", "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32",
+    "tf32": "tf32", "fp32": "fp32", "float32": "fp32", "float": "fp32", "32-true": "fp32",
+    "fp64": "fp64", "float64": "fp64", "double": "fp64",
 }
+# otherwise the first of these found in the string names it: recipe suffixes ("FP8-CS", "fp8-delayed",
+# "MXFP8-blockwise", "NVFP4-…"), descriptions ("None (bfloat16)", "Float8 tensorwise")
+_PRECISION_WORDS = (("fp4", "fp4"), ("float4", "fp4"), ("fp8", "fp8"), ("float8", "fp8"),
+                    ("bf16", "bf16"), ("bfloat16", "bf16"), ("fp16", "fp16"), ("float16", "fp16"),
+                    ("tf32", "tf32"), ("fp32", "fp32"), ("float32", "fp32"))
 
 
 def canonical_precision(precision: str | None) -> str | None:
-    """Normalise a precision string ("torch.bfloat16", "amp_bf16", "FP8", "NVFP4") to
-    bf16/fp16/fp8/fp4/tf32/fp32.
+    """The one precision normaliser (the server's write path and queries, the log and CSV parsers,
+    the models): a precision as frameworks write it -> bf16/fp16/fp8/fp4/tf32/fp32/fp64.
 
-    Unknown strings are lower-cased and returned as they are (e.g. "mxfp4"); None stays None.
+    "torch.bfloat16", "amp_bf16", "bf16-mixed", "None (bfloat16)" -> "bf16"; "half", "float16",
+    "16-mixed" -> "fp16"; "FP8", "MXFP8", "FP8-CS", "Float8 tensorwise" -> "fp8"; "NVFP4" -> "fp4";
+    "float", "float32" -> "fp32". Another string is returned stripped and lower-cased (the server then
+    derives no MFU for it and says why); None and blank give None.
     """
     if precision is None:
         return None
     p = precision.strip().lower()
     if not p:
         return None
+    p = p.removeprefix("torch.")
     if p in _PRECISION_KEYS:
         return _PRECISION_KEYS[p]
-    # recipe suffixes: "FP8-CS" (current scaling), "fp8-delayed", "MXFP8-blockwise", "NVFP4-…"
-    for prefix, key in (("mxfp8", "fp8"), ("fp8", "fp8"), ("nvfp4", "fp4"), ("mxfp4", "fp4"), ("fp4", "fp4"),
-                        ("bf16", "bf16"), ("fp16", "fp16")):
-        if p.startswith(prefix):
+    for word, key in _PRECISION_WORDS:
+        if word in p:
             return key
     return p
 

@@ -1,4 +1,4 @@
-"""Model-size families: the heatmap's size classes grouped on a FIXED log grid (pure, no I/O).
+"""Model-size families: the heatmap's size classes grouped on a FIXED log grid (standard library only).
 
 GET /api/v1/heatmap answers one cell per (model_size_class, nodes), and model_size_class is the
 reported parameter count rounded to two significant figures, so one model family spreads over many
@@ -11,11 +11,11 @@ one row per family, for the dashboard's landing page and the CLI:
   7–8B, 13B, 20B, 30–34B, 70B, 175B, 405B, 1T);
 - :func:`family_of`: the family of one size class;
 - :func:`moe_active_b`: the active parameters (billions) of a mixture-of-experts cell, when its best
-  run says (an ``A3B``-style model name, service.derive.active_params) — MoE rows are kept apart
+  run says (an ``A3B``-style model name, core.model.active_params) — MoE rows are kept apart
   from dense rows of the same total size and labelled "MoE 30–34B total · A3B active";
 - :func:`group_cells`: the cells of one family × node count merged into one: the best cell by the
-  ONE best-run rule of the heatmap (the chosen metric, higher first; then MFU, higher first; then
-  the lower run id), run counts summed, the exact size classes kept in ``sizes``.
+  ONE best-run rule (core.rules.best_key of its best run), run counts summed, the exact size classes
+  kept in ``sizes``.
 
 The exact size of the best run stays in the merged cell (``model_size_class`` of the chosen cell
 and its ``best`` run), so nothing is hidden by the grouping.
@@ -28,7 +28,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from service.derive import active_params
+from core.model import active_params
+from core.rules import best_key
 
 Cell = Mapping[str, Any]
 
@@ -85,7 +86,7 @@ def family_index(label: str) -> float:
 
 def moe_active_b(cell: Cell) -> float | None:
     """Active parameters (billions) of a mixture-of-experts cell's best run: from its model name's
-    "A3B" token (service.derive.active_params); None for a dense model or when unknown."""
+    "A3B" token (core.model.active_params); None for a dense model or when unknown."""
     best = cell.get("best") or {}
     active = active_params(best.get("model_name"), {})
     return None if active is None else round(active / 1e9, 1)
@@ -100,24 +101,6 @@ def row_label(cell: Cell) -> str:
     return f"MoE {fam.label} total · A{active:g}B active"
 
 
-def _mfu(run: Mapping[str, Any]) -> float | None:
-    value = run.get("mfu_derived")
-    return value if value is not None else run.get("mfu")
-
-
-def best_key(cell: Cell, metric: str) -> tuple[int, float, int, float, int]:
-    """Sort key of the ONE best-run rule (smaller sorts first): a cell with a best run before one
-    without; then the metric (higher first; a run without it last), then MFU (higher first), then
-    the lower run id. ``metric``: "tokens_per_sec_per_gpu" or "mfu"."""
-    best = cell.get("best")
-    if not best:
-        return (1, 0.0, 1, 0.0, 0)
-    value = _mfu(best) if metric == "mfu" else best.get(metric)
-    mfu = _mfu(best)
-    return (0, -(value if value is not None else -math.inf), 0 if mfu is not None else 1,
-            -(mfu if mfu is not None else 0.0), int(best.get("id") or 0))
-
-
 def group_cells(cells: Iterable[Cell], metric: str = "tokens_per_sec_per_gpu") -> list[dict[str, Any]]:
     """Merge the API's per-size-class cells into one cell per (family row, nodes).
 
@@ -125,7 +108,7 @@ def group_cells(cells: Iterable[Cell], metric: str = "tokens_per_sec_per_gpu") -
     ``n_success``, ``n_oom``, ``n_failed``). Output: the same keys (the chosen cell's
     ``model_size_class``, ``best`` and ``config_label``; the counts summed over the family) plus
     ``family`` (the row label, see :func:`row_label`) and ``sizes`` (the sorted distinct size classes
-    merged). The chosen cell follows :func:`best_key`. Sorted by family then nodes.
+    merged). The chosen cell is the one whose best run comes first by core.rules.best_key. Sorted by family then nodes.
     """
     groups: dict[tuple[str, int], list[Cell]] = {}
     for cell in cells:
@@ -134,7 +117,7 @@ def group_cells(cells: Iterable[Cell], metric: str = "tokens_per_sec_per_gpu") -
         groups.setdefault((row_label(cell), int(cell["nodes"])), []).append(cell)
     out = []
     for (label, nodes), members in groups.items():
-        chosen = min(members, key=lambda c: best_key(c, metric))
+        chosen = min(members, key=lambda c: best_key(c.get("best"), metric))
         merged = dict(chosen)
         merged.update(
             family=label, nodes=nodes,
