@@ -107,3 +107,23 @@ def test_push_of_malformed_json_is_one_clear_error(live_api, data_dir_env, tmp_p
     assert out.exit_code == 1
     assert "line 2: not JSON" in " ".join(out.output.split()) and "'{oops'" in out.output
     assert httpx.get(f"{live_api}/api/v1/runs").json()["total"] == 2
+
+
+def test_a_gpu_type_read_as_a_catalog_name_is_said(live_api, data_dir_env, tmp_path):
+    """A typo in gpu_type matches the catalog's H100 PCIe pattern: the import says what it was
+    stored as, and the reported name stays in extra (issue 30 item 8)."""
+    run = {"run_key": "typo", "model_params": 8_000_000_000, "nodes": 1, "gpus_per_node": 8, "dp": 8,
+           "gpu_type": "H100-PCIe-typo", "precision": "bf16"}
+    path = tmp_path / "typo.jsonl"
+    path.write_text(json.dumps(run) + "\n" + json.dumps({**run, "run_key": "exact", "gpu_type": "H100-PCIe-80GB"}))
+    out = runner.invoke(app, ["push", str(path)])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "gpu_type 'H100-PCIe-typo' stored as 'H100-PCIe-80GB' (1 run(s); the reported name is kept in " \
+           "extra.gpu_type_reported)" in text
+    assert "'H100-PCIe-80GB' stored as" not in text  # a catalog name is not an interpretation
+    summary = json.loads(runner.invoke(app, ["push", str(path), "--json"]).stdout)
+    assert summary["canonicalised"] == [{"field": "gpu_type", "reported": "H100-PCIe-typo", "stored": "H100-PCIe-80GB",
+                                         "runs": 1}]
+    [stored] = httpx.get(f"{live_api}/api/v1/runs", params={"run_key": "typo"}).json()["runs"]
+    assert stored["extra"]["gpu_type_reported"] == "H100-PCIe-typo"

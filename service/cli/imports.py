@@ -43,10 +43,23 @@ class ImportSummary:
     already_present: int = 0
     rejected: list[dict[str, Any]] = field(default_factory=list)
     rejects_file: str | None = None
+    #: (field, reported value, stored value) -> runs: names the server rewrote to the hardware
+    #: catalog's / the precision list's (the reported one is kept in extra.<field>_reported)
+    canonicalised: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"file": self.file, "read": self.read, "stored": self.stored, "already_present": self.already_present,
-                "rejected": len(self.rejected), "rejects_file": self.rejects_file}
+                "rejected": len(self.rejected), "rejects_file": self.rejects_file,
+                "canonicalised": [{"field": f, "reported": r, "stored": v, "runs": n}
+                                  for (f, r, v), n in self.canonicalised.items()]}
+
+    def note_canonicalised(self, runs: list[dict[str, Any]]) -> None:
+        """Count the stored runs whose gpu_type / precision the server read as a catalog name."""
+        for run in runs:
+            extra = run.get("extra") if isinstance(run.get("extra"), dict) else {}
+            for name in extra.get("canonicalised_fields") or []:
+                key = (name, str(extra.get(f"{name}_reported")), str(run.get(name)))
+                self.canonicalised[key] = self.canonicalised.get(key, 0) + 1
 
 
 #: rejected rows printed under an import's summary (the rest are in the rejects file)
@@ -91,6 +104,7 @@ def _send_batches(api: Api, records: list[dict[str, Any]], origins: list[dict[st
             if status in (200, 201):
                 summary.stored += body["created"]
                 summary.already_present += body["existing"]
+                summary.note_canonicalised(body.get("runs") or [])
                 break
             details = body.get("error", {}).get("details", []) if isinstance(body, dict) else []
             bad: dict[int, list[str]] = {}
@@ -137,7 +151,19 @@ def report(summary: ImportSummary, as_json: bool) -> None:
         return
     console.print(f"{summary.file}: read {summary.read}, stored {summary.stored}, "
                   f"already present {summary.already_present}, rejected {len(summary.rejected)}")
+    show_canonicalised(summary)
     show_rejects(summary)
+
+
+def show_canonicalised(summary: ImportSummary, limit: int = 5) -> None:
+    """Say which reported names were stored as the catalog's (a typo such as 'H100-PCIe-typo' is read
+    as H100-PCIe-80GB: the user sees it and can fix the file), the reported name kept in extra."""
+    items = sorted(summary.canonicalised.items(), key=lambda kv: -kv[1])
+    for (name, reported, stored), n in items[:limit]:
+        console.print(f"  {name} {reported!r} stored as {stored!r} ({n:,} run(s); the reported name is kept in "
+                      f"extra.{name}_reported)", markup=False, highlight=False)
+    if len(items) > limit:
+        console.print(f"  … {len(items) - limit} more names read as catalog names (--json lists them)")
 
 
 def show_rejects(summary: ImportSummary, limit: int = SHOWN_REJECTS) -> None:
