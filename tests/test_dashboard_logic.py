@@ -347,9 +347,13 @@ def test_planner_texts_on_a_real_answer(api):
     # the SmolLM3 playbook example: 3B, 11T tokens, 28 days, 720 TFLOP/s at 30 % MFU → 379 GPUs
     plan = api.get("/api/v1/plan", params={"model_params": "3B", "tokens": "11T", "days": 28, "mfu": 0.30,
                                            "peak_tflops": 720}).json()
-    assert sc.plan_headline(plan).startswith("≈ 379 GPUs (48 nodes) at MFU 30.0% (given) and 720 TFLOP/s peak (given)")
+    assert sc.plan_headline(plan).startswith("384 GPUs (48 nodes × 8; the compute needs 379) at MFU 30.0% (given) "
+                                             "and 720 TFLOP/s peak (given)")
     rows = dict(sc.plan_rows(plan).values.tolist())
-    assert rows["GPUs"] == "379" and rows["MFU"] == "30.0%" and rows["training tokens"] == "11,000,000,000,000"
+    assert rows["GPUs the compute needs"] == "379" and rows["GPUs booked (whole nodes)"] == "384"
+    assert rows["MFU"] == "30.0%" and rows["training tokens"] == "11,000,000,000,000"
+    # 6·3e9·11e12 = 1.98e23, written as papers write it, with what it counts
+    assert rows["training FLOPs ((6·N)·tokens)"] == "1.98×10²³"
     assert "notes" not in rows and "formula" not in rows
     # MFU from the throughput model's prediction at the planned scale
     nearest = api.get("/api/v1/plan", params={"model_params": "1.34B", "tokens": "1T", "days": 7,

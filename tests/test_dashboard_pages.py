@@ -301,10 +301,13 @@ def test_scaling_page(live_api, data_dir):
     at.button(key="plan_submit").click().run()
     assert not at.exception
     probe = httpx.get(f"{live_api}/api/v1/plan", params={"model_params": 3_000_000_000, "tokens": 11 * 10**12,
-                                                         "days": 28, "gpu_type": "H100-SXM-80GB"})
+                                                         "days": 28, "gpu_type": "H100-SXM-80GB"}, timeout=60)
     assert probe.status_code == 200, probe.text
-    assert at.success and at.success[0].value.startswith("≈ ") and "GPUs" in at.success[0].value
-    assert "GPUs" in at.table[-1].value.index
+    plan = probe.json()
+    assert at.success and at.success[0].value.startswith(
+        f"{plan['gpus_booked']:,} GPUs ({plan['nodes']:,} nodes × 8; the compute needs {plan['gpus']:,})")
+    assert "GPUs booked (whole nodes)" in at.table[-1].value.index
+    assert "training FLOPs ((6·N + 12·L·h·s)·tokens)" in at.table[-1].value.index  # what the count counts
 
 
 @DUCKDB

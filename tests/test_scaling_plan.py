@@ -145,7 +145,9 @@ def test_plan_smollm3_worked_example(client):
     body = client.get("/api/v1/plan", params=params).json()
     exact = 6 * 3e9 * 11e12 / (720e12 * 0.30 * 28 * 86400)  # = 378.9
     assert body["gpus_exact"] == pytest.approx(exact) and body["gpus"] == 379 == math.ceil(exact)
-    assert body["nodes"] == 48 and body["gpu_hours"] == pytest.approx(379 * 24 * 28)
+    # booked in whole nodes: 48 × 8 = 384 GPUs (SmolLM3 trained on 384 H100s), and their GPU-hours
+    assert body["nodes"] == 48 and body["gpus_booked"] == 384 and body["gpu_hours"] == pytest.approx(384 * 24 * 28)
+    assert body["flops_formula"] == "6·N" and body["total_flops"] == pytest.approx(6 * 3e9 * 11e12)
     assert body["mfu_source"] == "given" and body["peak_source"] == "given"
     assert body["tokens"] == 11 * 10**12 and body["model_params"] == 3 * 10**9
     for tokens in ("1.1e13", "11000000000000", "11,000B"):
@@ -181,6 +183,7 @@ def test_plan_takes_mfu_from_the_models_prediction(nanotron_client):
     assert body["gpus_exact"] == pytest.approx(exact)
     assert body["gpus"] == math.ceil(exact) and body["nodes"] == math.ceil(math.ceil(exact) / 8)
     assert body["total_flops"] > 6 * 1.34e9 * 100e9  # attention FLOPs counted, as in the MFU
+    assert body["flops_formula"] == "6·N + 12·L·h·s" and body["total_flops"] == body["flops_per_token"] * 100e9
     assert body["mfu_run"]["evidence_run_ids"]
     # asked in fp8: the MFU is predicted in bf16 (the runs' precision), so the peak stays bf16's
     # (an MFU predicted in bf16 times the fp8 peak would plan half the GPUs)
@@ -213,7 +216,11 @@ def test_scaling_and_plan_cli(live_api, data_dir):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["gpus"] == 379
     result = runner.invoke(app, args)
-    assert result.exit_code == 0 and "379 GPUs" in result.stdout and "48 nodes" in result.stdout
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert text.startswith("384 GPUs (48 nodes × 8) for 3B params on 11T tokens in 28 days")
+    assert "379 GPUs' worth of compute (378.9 exactly)" in text
+    assert "training FLOPs (6·N per token × tokens)" in text and "258,048 GPU-hours booked" in text
 
 
 def test_plan_says_at_which_scale_its_mfu_was_predicted(nanotron_client):
@@ -231,5 +238,5 @@ def test_plan_says_at_which_scale_its_mfu_was_predicted(nanotron_client):
     rec = nanotron_client.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": at,
                                                            "gpu_type": "H100", "k": 1}).json()
     assert body["mfu"] == pytest.approx(rec["candidates"][0]["predicted"]["mfu"])
-    note = next(n for n in body["notes"] if n.startswith("the MFU is predicted at"))
+    note = next(n for n in body["notes"] if n.startswith("MFU predicted at"))
     assert f"predicted at {at} nodes" in note and f"planned {planned}" in note and "global batch" in note
