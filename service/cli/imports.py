@@ -56,7 +56,7 @@ class ImportSummary:
     def note_canonicalised(self, runs: list[dict[str, Any]]) -> None:
         """Count the stored runs whose gpu_type / precision the server read as a catalog name."""
         for run in runs:
-            extra = run.get("extra") if isinstance(run.get("extra"), dict) else {}
+            extra: dict[str, Any] = run["extra"] if isinstance(run.get("extra"), dict) else {}
             for name in extra.get("canonicalised_fields") or []:
                 key = (name, str(extra.get(f"{name}_reported")), str(run.get(name)))
                 self.canonicalised[key] = self.canonicalised.get(key, 0) + 1
