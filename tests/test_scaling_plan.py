@@ -240,3 +240,28 @@ def test_plan_says_at_which_scale_its_mfu_was_predicted(nanotron_client):
     assert body["mfu"] == pytest.approx(rec["candidates"][0]["predicted"]["mfu"])
     note = next(n for n in body["notes"] if n.startswith("MFU predicted at"))
     assert f"predicted at {at} nodes" in note and f"planned {planned}" in note and "global batch" in note
+
+
+def test_scaling_picks_the_slice_with_the_most_node_counts(client):
+    """Issue 30 item 9: ten runs of 8B at one node count on one GPU type and length, one run at each of
+    three node counts on another: the curve is the one with three points (the most-recorded slice has
+    no curve), and the answer says which slice and why; the heatmap's slices list both."""
+    base = {"model_params": 8_030_261_248, "gpus_per_node": 8, "tp": 1, "pp": 1, "status": "success",
+            "precision": "bf16"}
+    runs = [{**base, "run_key": f"long{i}", "nodes": 1, "dp": 8, "gpu_type": "H100-SXM-96GB-HBM2e",
+             "seq_len": 131072, "tokens_per_sec_per_gpu": 1000.0 + i} for i in range(10)]
+    runs += [{**base, "run_key": f"curve{n}", "nodes": n, "dp": 8 * n, "gpu_type": "H100-SXM-80GB", "seq_len": 8192,
+              "tokens_per_sec_per_gpu": 9000.0 - 100 * n} for n in (1, 2, 4)]
+    assert client.post("/api/v1/runs", json={"runs": runs}).status_code == 201
+    body = client.get("/api/v1/scaling", params={"model_params": "8B"}).json()
+    assert [p["nodes"] for p in body["points"]] == [1, 2, 4]
+    assert (body["gpu_type"], body["seq_len"]) == ("H100-SXM-80GB", 8192)
+    assert any("2 GPU type × sequence length slices; using H100-SXM-80GB at sequence length 8,192 (3 node counts, "
+               "the most; 3 runs)" in n for n in body["notes"]), body["notes"]
+    asked = client.get("/api/v1/scaling", params={"model_params": "8B", "gpu_type": "H100-SXM-96GB-HBM2e"}).json()
+    assert [p["nodes"] for p in asked["points"]] == [1] and asked["seq_len"] == 131072
+    by_runs = client.get("/api/v1/heatmap/slices").json()["slices"]
+    assert [(s["gpu_type"], s["runs"], s["node_counts"]) for s in by_runs] == [
+        ("H100-SXM-96GB-HBM2e", 10, 1), ("H100-SXM-80GB", 3, 3)]
+    by_nodes = client.get("/api/v1/heatmap/slices", params={"most": "nodes"}).json()["slices"]
+    assert by_nodes[0]["gpu_type"] == "H100-SXM-80GB"

@@ -20,6 +20,8 @@ from service.cli.progress import QUIET, progress
 from service.cli.render import Col
 
 # the filters shared by `runs` and `export` (GET /api/v1/runs parameters)
+ModelOpt = Annotated[str | None, typer.Option(
+    "--model", help="model size, as elsewhere: 8B (its family, 7–8B), 1.34B, 350M, or a family label")]
 ModelNameOpt = Annotated[str | None, typer.Option("--model-name", help="model_name, exactly as stored")]
 RunNodesOpt = Annotated[int | None, typer.Option("--nodes")]
 RunGpuOpt = Annotated[str | None, typer.Option("--gpu-type", help="H100, H100-SXM-80GB, ... (catalog aliases)")]
@@ -30,11 +32,19 @@ RetiredOpt = Annotated[bool | None, typer.Option(
     "--retired/--not-retired", help="only retired runs / only runs not retired (default: both)")]
 
 
-def run_filters(*, model_name: str | None = None, nodes: int | None = None, gpu_type: str | None = None,
-                status: str | None = None, framework: str | None = None, source: str | None = None,
-                retired: bool | None = None) -> dict[str, Any]:
-    """GET /runs query parameters of the shared options (None left out by the client)."""
-    return {"model_name": model_name, "nodes": nodes, "gpu_type": gpu_type, "status": status,
+def run_filters(*, model: str | None = None, model_name: str | None = None, nodes: int | None = None,
+                gpu_type: str | None = None, status: str | None = None, framework: str | None = None,
+                source: str | None = None, retired: bool | None = None) -> dict[str, Any]:
+    """GET /runs query parameters of the shared options (None left out by the client). `model` is a
+    size meaning its family (core.families.family_named), checked here: a usage error names it."""
+    if model is not None:
+        from core.families import family_named
+
+        try:
+            family_named(model)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--model") from None
+    return {"model_family": model, "model_name": model_name, "nodes": nodes, "gpu_type": gpu_type, "status": status,
             "framework": framework, "source": source,
             "retired": None if retired is None else str(retired).lower()}
 
@@ -47,6 +57,7 @@ def status_text(run: dict[str, Any]) -> str:
 
 @app.command("runs")
 def runs_list(
+    model: ModelOpt = None,
     model_name: ModelNameOpt = None,
     nodes: RunNodesOpt = None,
     gpu_type: RunGpuOpt = None,
@@ -61,8 +72,8 @@ def runs_list(
     """The newest runs (or filtered, sorted): id, model, nodes × GPU, layout, status (retired runs
     say so), tok/s/GPU, MFU, peak memory. Columns that do not fit the terminal are left out and
     named. Every matching run, all pages: `scalebook export`."""
-    body = fetch("/runs", as_json, **run_filters(model_name=model_name, nodes=nodes, gpu_type=gpu_type, status=status,
-                                                 framework=framework, source=source, retired=retired),
+    body = fetch("/runs", as_json, **run_filters(model=model, model_name=model_name, nodes=nodes, gpu_type=gpu_type,
+                                                 status=status, framework=framework, source=source, retired=retired),
                  sort=sort, limit=limit)
     if body is None:
         return
@@ -125,6 +136,7 @@ def export(
     framework: FrameworkOpt = None,
     source: SourceOpt = None,
     retired: RetiredOpt = None,
+    model: ModelOpt = None,
     quiet: bool = QUIET,
 ) -> None:
     """Export every run matching the filters (all pages of GET /api/v1/runs, ids ascending), every
@@ -134,7 +146,7 @@ def export(
     fmt = fmt or (ExportFormat(suffix) if suffix in ExportFormat.__members__ else ExportFormat.csv)
     if fmt is ExportFormat.parquet and output is None:
         fail("--format parquet writes a binary file: give --output FILE.parquet", code=2)
-    runs = fetch_all(run_filters(model_name=model_name, nodes=nodes, gpu_type=gpu_type, status=status,
+    runs = fetch_all(run_filters(model=model, model_name=model_name, nodes=nodes, gpu_type=gpu_type, status=status,
                                  framework=framework, source=source, retired=retired), quiet=quiet)
     columns: list[str] = []
     for r in runs:
