@@ -109,9 +109,16 @@ def test_heatmap_page_shows_the_best_config_per_cell(live_api, data_dir, backend
     grid = at.table[0].value
     assert "1–2B" in grid.index and "7–8B" in grid.index and "6.7B" not in grid.index
     assert "too many to write the configurations" not in texts(at)
-    # one click widens to every GPU type and sequence length
-    at.button(key="hm_widen").click().run()
-    assert at.selectbox(key="hm_gpu").value is None and at.selectbox(key="hm_seq").value is None
+    # one click widens to every GPU type and sequence length: a link that puts it in the URL
+    # (the browser test follows it); the same URL opened here
+    link = next(m.value for m in at.markdown if "All GPUs &amp; lengths" in m.value)
+    assert 'href="?hm_gpu=any&amp;hm_seq=any"' in link and 'target="_self"' in link
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update(hm_gpu="any", hm_seq="any")
+    at.run()
+    assert at.selectbox(key="hm_gpu").value == "any" and at.selectbox(key="hm_seq").value == "any"
+    assert "Every GPU type and sequence length are mixed" in texts(at)
+    assert any("Back to the most-recorded slice (H100-SXM-80GB, sequence length 4,096)" in m.value for m in at.markdown)
 
     # only the nanotron sweep: the 1–2B family × {1, 2, 4} nodes
     at.selectbox(key="hm_fw").select("nanotron").run()
@@ -251,7 +258,7 @@ def test_runs_page_filters_pages_and_compares(live_api, data_dir):
     assert set(table.status) == {"oom"} and len(table) == 25
 
     # the two best 1-node runs of the sweep side by side
-    at.selectbox(key="runs_status").select(None).run()
+    at.selectbox(key="runs_status").select("any").run()
     at.selectbox(key="runs_nodes").select(1).run()
     at.selectbox(key="runs_sort").select("-tokens_per_sec_per_gpu").run()
     top = frame_with(at, "id", "config", "status")
