@@ -37,8 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import benchtool  # noqa: E402 -- needs the sys.path insert above
 from ingest.classify import classify_line  # noqa: E402
+from service.cli import benchmark as benchtool  # noqa: E402 -- needs the sys.path insert above
 
 
 def score(rows: list[tuple[str, str, str]]) -> tuple[int, list[tuple[str, str, str]]]:

@@ -38,7 +38,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import browser  # noqa: E402 -- needs the sys.path insert above
-from bench.benchtool import Server, _create_database, commit, generate_runs, ingest_batches  # noqa: E402
+from service.cli.benchmark import Server, _create_database, commit, generate_runs, ingest_batches  # noqa: E402
 
 #: a page not drawn within this many seconds is reported as such (inf) and the bench goes on
 TIMEOUT_S = 120

@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import benchtool
 from service import store
 from service.analytics import sql as user_sql
+from service.cli import benchmark as benchtool
 from service.db import Database
 
 QUERIES = {

@@ -24,10 +24,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import benchtool  # noqa: E402
 from bench.recommend_loo import GBT, GPU, KEY, RETIRE, SEQ, _cfg, _pct, cell_of, load, lookup, retired  # noqa: E402
 from service import retire, store  # noqa: E402
 from service.analytics import recommend as rec  # noqa: E402
+from service.cli import benchmark as benchtool  # noqa: E402
 from service.db import Database  # noqa: E402
 
 

@@ -36,11 +36,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench import benchtool  # noqa: E402
 from bench.memory_accuracy import data_dir  # noqa: E402
 from ingest.parsers import nanotron  # noqa: E402
 from service import retire, store  # noqa: E402
 from service.analytics import recommend as rec  # noqa: E402
+from service.cli import benchmark as benchtool  # noqa: E402
 from service.db import Database  # noqa: E402
 
 GPU = "H100-SXM-80GB"

@@ -26,9 +26,9 @@ if str(REPO) not in sys.path:
 import sqlalchemy as sa  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from bench import benchtool  # noqa: E402
 from service import store  # noqa: E402
 from service.api import create_app  # noqa: E402
+from service.cli import benchmark as benchtool  # noqa: E402
 from service.db import Database  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from service.tables import Run  # noqa: E402

@@ -62,6 +62,15 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
+def size_label(size_b: float) -> str:
+    """A model size class (billions) as people write it: 1.3 -> "1.3B", 1200 -> "1.2T", 0.12 -> "120M"."""
+    if size_b >= 1000:
+        return f"{size_b / 1000:g}T"
+    if size_b < 1:
+        return f"{size_b * 1000:g}M"
+    return f"{size_b:g}B"
+
+
 def family_of(size_b: float) -> Family:
     """The family whose range holds ``size_b`` (total parameters, billions; ≥ 0).
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard.api import Client, api_token, api_url
+from service.client import Client, api_token, api_url
 
 #: seconds a GET answer is reused: short, so a sweep's new runs show up on the next interaction
 TTL_S = 30

@@ -16,8 +16,8 @@ from typing import Any
 import streamlit as st
 
 from dashboard import data
-from dashboard.api import ApiDown, ApiError, Unauthorized, api_url
 from dashboard.logic import options as opt
+from service.client import ApiDown, ApiError, Unauthorized, api_url
 
 EMPTY_DB = ("The database has no runs yet. Import some through the API, e.g. "
             "`scalebook import nanotron --gpu-type GPU FILE` (a nanotron bench CSV such as the Ultra-Scale "
@@ -31,7 +31,8 @@ def show_error(exc: Exception) -> None:
     if isinstance(exc, ApiDown):
         st.error(f"**API not reachable.** {exc}", icon=":material/power_off:")
     elif isinstance(exc, Unauthorized):
-        st.error(f"**Not authorised.** {exc}", icon=":material/lock:")
+        st.error(f"**Not authorised.** {exc}, and restart the dashboard (it reads SCALEBOOK_TOKEN at start)",
+                 icon=":material/lock:")
     elif isinstance(exc, ApiError):
         details = "; ".join(d.get("message", str(d)) for d in exc.details[:5] if isinstance(d, dict))
         st.error(f"**The API answered {exc.status} ({exc.code}):** {exc.message}"

@@ -68,6 +68,17 @@ _BAD_RECORD = (400, 409, 413, 422)  # and any other 4xx not in _HOLD
 _HOLD = (401, 403, 404, 405)  # client misconfiguration: keep the runs for a later sync
 
 
+def api_url() -> str:
+    """The API base URL: SCALEBOOK_API_URL or http://127.0.0.1:8000, without a trailing slash (the
+    push client's, the CLI's and the dashboard's: service/client.py reads it from here)."""
+    return (os.environ.get("SCALEBOOK_API_URL") or DEFAULT_API_URL).rstrip("/")
+
+
+def api_token() -> str | None:
+    """SCALEBOOK_TOKEN, or None when unset or empty."""
+    return os.environ.get("SCALEBOOK_TOKEN") or None
+
+
 def default_spool_dir() -> Path:
     """SCALEBOOK_SPOOL_DIR, else $XDG_DATA_HOME/scalebook/spool, else ~/.local/share/scalebook/spool."""
     env = os.environ.get("SCALEBOOK_SPOOL_DIR")
@@ -200,8 +211,8 @@ class Client:
     def __init__(self, url: str | None = None, token: str | None = None, spool_dir: str | os.PathLike | None = None,
                  deadline_s: float = 30.0, strict: bool = False, timeout_s: float = 5.0,
                  backoff_base_s: float = 0.25, backoff_max_s: float = 8.0):
-        self.url = (url or os.environ.get("SCALEBOOK_API_URL") or DEFAULT_API_URL).rstrip("/")
-        self.token = token if token is not None else os.environ.get("SCALEBOOK_TOKEN") or None
+        self.url = (url or api_url()).rstrip("/")
+        self.token = token if token is not None else api_token()
         self.spool_dir = Path(spool_dir).expanduser() if spool_dir is not None else default_spool_dir()
         self.deadline_s = float(deadline_s)
         self.strict = strict

@@ -6,6 +6,7 @@ exit-code rule (0 ok, 1 could not do the job, 2 usage)."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import subprocess
@@ -134,3 +135,18 @@ def test_recommend_table_names_recompute_once_and_the_evidence_hardware(capsys, 
     out = capsys.readouterr().out
     assert out.count("RC:full") == 1 and "A100-SXM-40GB" in out and "…" not in out
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_runs_model_is_a_size_as_everywhere_else(loaded):
+    """`scalebook runs --model 8B` filters by size (as recommend, suggest, predict, plan read --model);
+    the stored name is --model-name."""
+    out = runner.invoke(app, ["runs", "--model", "8B", "-n", "200", "--json"], env=NARROW)
+    assert out.exit_code == 0, out.output
+    runs = json.loads(out.stdout)["runs"]
+    assert runs and all(r["model_params"] == 8_000_000_000 for r in runs)
+    name = runs[0]["model_name"]
+    named = json.loads(runner.invoke(app, ["runs", "--model-name", name, "-n", "200", "--json"], env=NARROW).stdout)
+    assert named["runs"] and all(r["model_name"] == name for r in named["runs"])
+    table = runner.invoke(app, ["runs", "--model", "8B"], env=NARROW)
+    assert table.exit_code == 0 and "no runs match" not in table.stdout
+    assert_readable(table.stdout)

@@ -15,7 +15,6 @@ import pytest
 from conftest import playbook_sample, post_records
 from fastapi.testclient import TestClient
 
-from dashboard.api import ApiDown, ApiError, Client, clean_params
 from dashboard.logic import failures as fl
 from dashboard.logic import heatmap as hm
 from dashboard.logic import options as opt
@@ -32,6 +31,7 @@ from dashboard.logic.fmt import (
     split_label,
 )
 from service.api import create_app
+from service.client import ApiDown, ApiError, Client, clean_params
 from service.db import Database
 from service.settings import Settings
 
@@ -83,7 +83,7 @@ def all_runs(api):
 
 def test_formats():
     assert [size_label(s) for s in (1.3, 8.0, 0.12, 405.0, 1200.0, None)] == \
-        ["1.3B", "8B", "0.12B", "405B", "1.2T", "?"]
+        ["1.3B", "8B", "120M", "405B", "1.2T", "?"]  # as the CLI and the family rows write it
     assert nodes_label(1) == "1 node" and nodes_label(4) == "4 nodes"
     assert pct(0.39178) == "39.2%" and pct(None) == "?"
     assert [compact(v) for v in (40149.94, 950.2, 1234.0, 2.5e6, None)] == ["40.1k", "950", "1.23k", "2.5M", "?"]
@@ -518,7 +518,7 @@ def test_client_errors_and_params():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ApiDown) as down:
         Client(url, timeout=2).get("/heatmap")
-    assert f"the scalebook API at {url} is not reachable" in str(down.value) and "scalebook serve" in str(down.value)
+    assert f"cannot reach the scalebook API at {url}" in str(down.value) and "scalebook serve" in str(down.value)
     assert clean_params({"a": None, "b": "", "c": True, "d": 3}) == {"c": "true", "d": 3}
     missing = ApiError(404, "not_found", "Not Found")
     assert missing.endpoint_missing and not ApiError(404, "not_found", "no successful run").endpoint_missing

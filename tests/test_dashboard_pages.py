@@ -170,7 +170,7 @@ def test_every_page_says_when_the_api_is_down(monkeypatch, page):
     at = app(page)
     assert at.error, texts(at)
     message = at.error[0].value
-    assert f"the scalebook API at {url} is not reachable" in message and "scalebook serve" in message
+    assert f"cannot reach the scalebook API at {url}" in message and "scalebook serve" in message
 
 
 @DUCKDB
@@ -197,17 +197,21 @@ def test_what_worked_page_answers_with_evidence(live_api, data_dir):
     at.number_input(key="ww_seq").set_value(4096)
     at.button(key="ww_submit").click().run()
     assert not at.exception and not at.error
-    cands = frame_with(at, "config", "predicted_tokens_per_sec_per_gpu", "measured_tokens_per_sec_per_gpu", "evidence")
     measured = {csv_label(r): float(r["tok/s/gpu"]) for r in sorted(
         (r for r in csv_rows(data_dir) if r["status"] == "Success" and int(float(r["nodes"])) == 4),
         key=lambda r: float(r["tok/s/gpu"]))}  # best run per config wins (sorted ascending)
     def number(text: str) -> float:  # the table writes "40,150"; a missing value is "—"
         return float(text.replace(",", ""))
 
-    ran = cands[cands["measured_tokens_per_sec_per_gpu"] != "—"]
-    assert len(ran) > 0
-    for _, row in ran.iterrows():  # a config that ran here shows its measured best beside the prediction
-        assert number(row["measured_tokens_per_sec_per_gpu"]) == pytest.approx(measured[row["config"]], abs=0.5)
+    # first what ran on the target, best first, with the sweep's own figures
+    ran = frame_with(at, "run", "model", "config", "tokens_per_sec_per_gpu", "memory model")
+    assert ran.iloc[0]["config"] == csv_label(csv_best(data_dir, 4))
+    assert ran.iloc[0]["model"] == "1.34B · nanotron · bf16"
+    for _, row in ran.iterrows():
+        assert number(row["tokens_per_sec_per_gpu"]) == pytest.approx(measured[row["config"]], abs=0.5)
+    # then predictions for the layouts not run there
+    cands = frame_with(at, "config", "predicted_tokens_per_sec_per_gpu", "measured_tokens_per_sec_per_gpu", "evidence")
+    assert not set(cands["config"]) & set(measured)
     assert all(number(v) > 0 for v in cands["predicted_tokens_per_sec_per_gpu"])
     assert not ({"None", "nan"} & set(cands.to_numpy().ravel().astype(str)))
     page = texts(at)
@@ -392,3 +396,31 @@ def test_explore_page_ranges_narrow_scatter_parallel_axes_and_table(live_api, da
     parcoords = json.loads(at.get("plotly_chart")[1].proto.spec)["data"][0]
     narrowed = [d for d in parcoords["dimensions"] if d.get("constraintrange")]
     assert [d["label"] for d in narrowed] == ["nodes"] and narrowed[0]["constraintrange"] == [nodes[0], nodes[0]]
+
+
+@DUCKDB
+def test_runs_page_retires_and_unretires_a_run(live_api):
+    """The run detail's button: Retire posts /runs/retire with the reason; Un-retire posts
+    /runs/unretire (it used to post {"retired": false} to /runs/retire, which forbids that field:
+    a 422 every time)."""
+    run = {"model_name": "llama3-8b", "model_params": 8_000_000_000, "seq_len": 4096, "gpu_type": "H100",
+           "gpus_per_node": 8, "nodes": 1, "tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 1,
+           "grad_accum_steps": 1, "precision": "bf16", "status": "success", "tokens_per_sec_per_gpu": 1000.0}
+    run_id = httpx.post(f"{live_api}/api/v1/runs", json=run).json()["id"]
+    at = app("app_pages/runs.py")
+    at.number_input(key="runs_detail_id").set_value(run_id).run()
+    at.text_input(key="runs_retire_reason").input("wrong gpu_type recorded").run()
+    at.button(key="runs_retire_go").click().run()
+    assert not at.error, [e.value for e in at.error]
+    assert f"Run #{run_id} retired." in [s.value for s in at.success]
+    stored = httpx.get(f"{live_api}/api/v1/runs/{run_id}").json()
+    assert stored["retired_at"] is not None and stored["retired_reason"] == "wrong gpu_type recorded"
+
+    st.cache_data.clear()
+    at = app("app_pages/runs.py")
+    at.number_input(key="runs_detail_id").set_value(run_id).run()
+    assert "Un-retire this run" in [b.label for b in at.button]
+    at.button(key="runs_retire_go").click().run()
+    assert not at.error, [e.value for e in at.error]
+    assert f"Run #{run_id} un-retired." in [s.value for s in at.success]
+    assert httpx.get(f"{live_api}/api/v1/runs/{run_id}").json()["retired_at"] is None

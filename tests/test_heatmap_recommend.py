@@ -113,28 +113,40 @@ def test_heatmap_best_is_the_stored_run_narrowed_to_the_documented_fields(nanotr
     assert [name for name in CELL_BEST_FIELDS if mine[name] is None] == []
 
 
-def test_recommend_exact_cell_shows_measured_beside_the_prediction(nanotron_client, data_dir):
+def _csv_config(r: dict) -> tuple:
+    return (int(r["dp"]), int(r["tp"]), int(r["pp"]), int(r["zero_stage"]), int(r["mbs"]), int(float(r["batch_accum"])))
+
+
+def _config(c: dict) -> tuple:
+    return (c["dp"], c["tp"], c["pp"], c["zero_stage"], c["micro_batch_size"], c["grad_accum_steps"])
+
+
+def test_recommend_lists_what_ran_on_the_target_first_then_predicts_the_rest(nanotron_client, data_dir):
+    """What worked? starts with what worked: the runs measured on the cell, best first, with the
+    CSV's figures; then predictions for layouts NOT run there (never one the cell recorded)."""
     body = nanotron_client.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": 2, "k": 10}).json()
+    rows = [r for r in sample_rows(data_dir) if int(float(r["nodes"])) == 2]
+    ok = [r for r in rows if r["status"] == "Success"]
+    measured = body["measured_on_target"]
+    assert len(measured) == 10 and body["cell"]["n_configurations"] == len({_csv_config(r) for r in ok})
+    assert body["cell"]["n_oom"] == sum(r["status"] == "OOM" for r in rows)
+    assert measured[0]["tokens_per_sec_per_gpu"] == pytest.approx(max(float(r["tok/s/gpu"]) for r in ok))
+    tps = [m["tokens_per_sec_per_gpu"] for m in measured]
+    assert tps == sorted(tps, reverse=True)
+    for m in measured:
+        assert m["label"] == "1.34B · nanotron · bf16" and m["seq_len"] == 4096
+        same = [float(r["tok/s/gpu"]) for r in ok if _csv_config(r) == _config(m["config"])]
+        assert m["tokens_per_sec_per_gpu"] == pytest.approx(max(same)) and m["n_runs"] == len(same)
+        assert m["memory"]["fits"] is not None  # the memory model's verdict for its own configuration
     assert body["model"]["status"] == "fitted" and body["model"]["n_runs"] > 50
     cands = body["candidates"]
+    ran = {_csv_config(r) for r in rows}
     assert cands
-    preds = [c["predicted"]["tokens_per_sec_per_gpu"] for c in cands]
-    assert all(p > 0 for p in preds)
-    rows = [r for r in sample_rows(data_dir) if r["status"] == "Success" and int(float(r["nodes"])) == 2]
-    recorded = [c for c in cands if c["origin"] == "recorded on this target"]
-    assert recorded, "the 2-node cell was recorded: some candidates ran on it"
-    for c in recorded:
-        cfg = c["config"]
-        real = max(float(r["tok/s/gpu"]) for r in rows if (int(r["dp"]), int(r["tp"]), int(r["pp"]),
-                   int(r["zero_stage"]), int(r["mbs"]), int(float(r["batch_accum"]))) == (
-                   cfg["dp"], cfg["tp"], cfg["pp"], cfg["zero_stage"], cfg["micro_batch_size"],
-                   cfg["grad_accum_steps"]))
-        assert c["measured"]["tokens_per_sec_per_gpu"] == pytest.approx(real)
-        lo, hi = c["predicted"]["interval"]
-        assert lo < c["predicted"]["tokens_per_sec_per_gpu"] < hi
     for c in cands:
+        assert c["origin"] == "predicted" and c["measured"] is None and _config(c["config"]) not in ran
+        lo, hi = c["predicted"]["interval"]
+        assert lo < c["predicted"]["tokens_per_sec_per_gpu"] < hi and 0 < c["predicted"]["mfu"] < 1
         assert c["evidence"] and all(e["gpu_type"] == "H100-SXM-80GB" for e in c["evidence"])
-        assert 0 < c["predicted"]["mfu"] < 1
 
 
 def test_recommend_unrecorded_node_count_predicts_for_the_target(nanotron_client, data_dir):

@@ -1,11 +1,16 @@
-"""The package's layers point one way: api → services (store, analytics) → db, with no import
-cycles, no lower layer importing a higher one, and the backend known in few places. Checked on the
-source (ast), so a lazy import inside a function counts as much as one at the top."""
+"""The layers point one way. Between the packages: core/ (the domain rules, standard library only)
+← ingest/ (training side: core only) ← service/ ← bench/ scripts; dashboard/ imports core/ and the
+HTTP client service/client.py, never SQLAlchemy; nothing imports bench/. Inside service/: api →
+services (store, analytics) → db, with no import cycles, no lower layer importing a higher one, and
+the backend known in few places. Checked on the source (ast), so a lazy import inside a function
+counts as much as one at the top."""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import REPO
@@ -16,7 +21,7 @@ LAYERS = {
     "service.api": 4, "service.cli": 4,
     "service.analytics": 3, "service.store": 3, "service.auth": 3, "service.bulk": 2,
     "service.db": 1, "service.derive": 1, "service.ranking": 1, "service.tables": 0, "service.schemas": 0,
-    "service.errors": 0, "service.settings": 0, "service.hardware": 0,
+    "service.errors": 0, "service.settings": 0, "service.client": 0,
 }
 
 
@@ -103,21 +108,76 @@ def test_the_backend_is_named_in_few_places():
     assert outside == set(), branches
 
 
-def _top_imports(path: Path) -> set[str]:
-    """Every module a file imports (anywhere in its source), absolute names."""
+
+# ------------------------------------------------------------------------------ the packages
+#: our top-level packages
+OURS = ("core", "ingest", "service", "dashboard", "migrations", "bench")
+
+
+def _imports_of(path: Path) -> set[str]:
+    """Every module a file imports (anywhere in its source, lazy imports too), absolute names."""
     found: set[str] = set()
+    package = module_name(path).rpartition(".")[0] if path.name != "__init__.py" else module_name(path)
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
     return found
+
+
+def _package_imports(package: str) -> dict[str, set[str]]:
+    return {module_name(p): _imports_of(p) for p in (REPO / package).rglob("*.py")}
+
+
+def _ours(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.split(".")[0] in OURS}
 
 
 def test_core_imports_the_standard_library_only():
     """core/ holds the domain rules once; ingest, service and dashboard import it, never the reverse."""
-    import sys
-
-    wrong = {f"{p.relative_to(REPO)}: {m}" for p in (REPO / "core").rglob("*.py") for m in _top_imports(p)
+    wrong = {f"{mod}: {m}" for mod, found in _package_imports("core").items() for m in found
              if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] not in ("core", "__future__")}
+    assert wrong == set()
+
+
+def test_ingest_imports_only_core_of_ours():
+    """The training side: the standard library, core/, and the optional frameworks it integrates with."""
+    wrong = {f"{mod}: {m}" for mod, found in _package_imports("ingest").items() for m in _ours(found)
+             if m.split(".")[0] not in ("ingest", "core")}
+    assert wrong == set()
+
+
+def test_dashboard_imports_no_sqlalchemy_and_only_the_client_of_service():
+    """The dashboard talks to the service over HTTP: of service/ it imports the HTTP client alone
+    (service/client.py, shared with the CLI), which imports nothing else of service/; no SQLAlchemy."""
+    found = _package_imports("dashboard")
+    assert not {f"{mod}: {m}" for mod, ms in found.items() for m in ms if m.split(".")[0] == "sqlalchemy"}
+    from_service = {m for ms in found.values() for m in _ours(ms) if m.startswith("service")}
+    assert from_service and from_service <= {"service.client"} | _names_in("service.client"), from_service
+    client_imports = _ours(_imports_of(REPO / "service" / "client.py"))
+    assert {m for m in client_imports if m.startswith(("service", "dashboard"))} == set()
+    code = ("import sys, service.client, dashboard.logic.heatmap, dashboard.logic.runs, dashboard.logic.recommend, "
+            "dashboard.logic.scaling, dashboard.logic.explore, dashboard.logic.failures, dashboard.logic.sql; "
+            "print([m for m in ('sqlalchemy', 'fastapi', 'duckdb', 'psycopg') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def _names_in(module: str) -> set[str]:
+    """`module.name` for every public name of a module (what `from module import name` records)."""
+    mod = __import__(module, fromlist=["_"])
+    return {f"{module}.{n}" for n in dir(mod) if not n.startswith("__")}
+
+
+def test_nothing_imports_bench():
+    """bench/ holds measurement scripts: they import the product, the product never imports them
+    (`scalebook bench`'s driver is service/cli/benchmark.py)."""
+    wrong = {f"{mod}: {m}" for pkg in ("core", "ingest", "service", "dashboard", "migrations")
+             for mod, found in _package_imports(pkg).items() for m in found if m.split(".")[0] == "bench"}
     assert wrong == set()

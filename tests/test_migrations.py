@@ -19,8 +19,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from conftest import create_pg_database, drop_pg_database
 
-from bench import benchtool
 from service import store
+from service.cli import benchmark as benchtool
 from service.db import Database, alembic_config
 from service.tables import Base
 

@@ -35,8 +35,8 @@ from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from bench import benchtool
 from service.api import create_app
+from service.cli import benchmark as benchtool
 from service.db import Database
 from service.settings import Settings
 

@@ -172,25 +172,31 @@ def test_plan_takes_mfu_from_the_models_prediction(nanotron_client):
     body = nanotron_client.get("/api/v1/plan", params={"model_params": "1.34B", "tokens": "100B", "days": 7,
                                                        "gpu_type": "H100"}).json()
     at = body["mfu_run"]["nodes"]
-    rec = nanotron_client.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": at,
-                                                           "gpu_type": "H100", "k": 1}).json()
-    assert body["mfu"] == pytest.approx(rec["candidates"][0]["predicted"]["mfu"])
+    # the planner's MFU is the model's prediction for its best configuration at that scale: /predict
+    # answers the same for that configuration
+    pred = nanotron_client.post("/api/v1/predict", json={
+        "model_params": "1.34B", "nodes": at, "gpu_type": "H100", **body["mfu_run"]["config"]}).json()
+    assert pred["global_batch_tokens"] == body["mfu_run"]["global_batch_tokens"]
+    assert body["mfu"] == pytest.approx(pred["predicted"]["mfu"])
     assert body["mfu_source"].startswith("throughput model's prediction")
     assert body["peak_tflops"] == 989 and body["peak_source"].startswith("catalog: H100-SXM-80GB")
     # the GPUs that deliver the predicted tokens/s/GPU: the MFU counts 6N + 12·L·h·s FLOPs per token
-    tps = rec["candidates"][0]["predicted"]["tokens_per_sec_per_gpu"]
+    tps = pred["predicted"]["tokens_per_sec_per_gpu"]
     exact = 100e9 / (tps * 7 * 86400)
     assert body["gpus_exact"] == pytest.approx(exact)
     assert body["gpus"] == math.ceil(exact) and body["nodes"] == math.ceil(math.ceil(exact) / 8)
     assert body["total_flops"] > 6 * 1.34e9 * 100e9  # attention FLOPs counted, as in the MFU
     assert body["flops_formula"] == "6·N + 12·L·h·s" and body["total_flops"] == body["flops_per_token"] * 100e9
     assert body["mfu_run"]["evidence_run_ids"]
-    # asked in fp8: the MFU is predicted in bf16 (the runs' precision), so the peak stays bf16's
-    # (an MFU predicted in bf16 times the fp8 peak would plan half the GPUs)
+    # asked in fp8: the MFU is predicted in fp8 and planned against the fp8 peak (one precision for both)
     fp8 = nanotron_client.get("/api/v1/plan", params={"model_params": "1.34B", "tokens": "100B", "days": 7,
                                                       "gpu_type": "H100", "precision": "fp8"}).json()
-    assert fp8["peak_tflops"] == 989 and fp8["gpus"] == body["gpus"]
-    assert any("predicted in bf16" in n for n in fp8["notes"]), fp8["notes"]
+    assert fp8["mfu_run"]["precision"] == "fp8" and fp8["peak_tflops"] == 1979
+    # a framework the records do not hold is said, and the answer still comes (from the prior)
+    other = nanotron_client.get("/api/v1/plan", params={"model_params": "1.34B", "tokens": "100B", "days": 7,
+                                                        "gpu_type": "H100", "framework": "torchtitan",
+                                                        "num_layers": 16, "hidden_size": 2048}).json()
+    assert other["mfu_run"]["model"]["framework"] == "torchtitan" and other["mfu_run"]["model"]["status"] == "prior"
 
 
 def test_scaling_and_plan_cli(live_api, data_dir):
@@ -235,9 +241,9 @@ def test_plan_says_at_which_scale_its_mfu_was_predicted(nanotron_client):
     empty = nanotron_client.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": planned,
                                                              "gpu_type": "H100", "k": 1}).json()
     assert empty["candidates"] == []
-    rec = nanotron_client.get("/api/v1/recommend", params={"model_params": "1.34B", "nodes": at,
-                                                           "gpu_type": "H100", "k": 1}).json()
-    assert body["mfu"] == pytest.approx(rec["candidates"][0]["predicted"]["mfu"])
+    pred = nanotron_client.post("/api/v1/predict", json={
+        "model_params": "1.34B", "nodes": at, "gpu_type": "H100", **body["mfu_run"]["config"]}).json()
+    assert body["mfu"] == pytest.approx(pred["predicted"]["mfu"])
     note = next(n for n in body["notes"] if n.startswith("MFU predicted at"))
     assert f"predicted at {at} nodes" in note and f"planned {planned}" in note and "global batch" in note
 

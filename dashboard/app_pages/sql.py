@@ -6,8 +6,8 @@ import time
 import streamlit as st
 
 from dashboard import data, ui
-from dashboard.api import ApiError, DashboardApiError
 from dashboard.logic import sql
+from service.client import ApiError, ClientError
 
 
 def run(query: str) -> None:
@@ -23,7 +23,7 @@ def run(query: str) -> None:
                        "restart `scalebook serve`.", icon=":material/construction:")
         else:
             ui.show_error(exc)
-    except DashboardApiError as exc:  # down / unauthorised: the same clear messages as everywhere
+    except ClientError as exc:  # down / unauthorised: the same clear messages as everywhere
         ui.show_error(exc)
 
 

@@ -119,13 +119,30 @@ def render(body: dict[str, Any]) -> None:
     """The candidates: the model used, a summary table, then one bordered card per candidate."""
     target = body.get("target") or {}
     st.markdown(f"**Target:** {rec.target_text(target)}")
+    st.subheader("Measured on this target")
+    st.caption(rec.cell_text(body.get("cell")) + ". Every framework and precision, the precision the answer is "
+               "costed in first, then the model nearest the size asked, then the best.")
+    measured = body.get("measured_on_target") or []
+    if measured:
+        st.dataframe(styled(rec.measured_rows(measured), rec.MEASURED_FORMATS), hide_index=True, key=None,
+                     column_config={"tokens_per_sec_per_gpu": "measured tok/s/GPU", "mfu": "MFU",
+                                    "peak_memory_gib": "peak GiB"})
+    else:
+        st.info("Nothing ran on this target yet: the predictions below are all there is.")
+    notes = body.get("notes") or []
+    for note in notes:
+        if "the record wins" in note:
+            st.warning(note)
+    st.subheader("Predicted for layouts not run here")
     st.caption(f"Throughput model: {rec.model_text(body.get('model') or {})}")
-    for note in body.get("notes") or []:
-        st.caption(f"note: {note}")
+    for note in notes:
+        if "the record wins" not in note:
+            st.caption(f"note: {note}")
     candidates = body.get("candidates") or []
     if not candidates:
-        st.info("No configuration is predicted to fit this target: record runs of a nearby model size or node "
-                "count, or relax the GPU type / sequence length.")
+        st.info("No layout that was not run here is predicted to fit this target"
+                + (": what ran here is listed above." if measured else
+                   ": record runs of a nearby model size or node count, or relax the GPU type / sequence length."))
         return
     st.dataframe(styled(rec.candidate_rows(candidates, target), rec.TABLE_FORMATS), hide_index=True, key=None,
                  column_config={"predicted_mfu": "predicted MFU",

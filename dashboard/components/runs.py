@@ -6,9 +6,10 @@ from typing import Any
 
 import streamlit as st
 
-from dashboard import api, data, ui
+from dashboard import data, ui
 from dashboard.logic import runs as rl
 from dashboard.logic.fmt import run_title, size_label
+from service.client import Client, ClientError
 
 _CURSORS = "runs_cursors"
 _SIGNATURE = "runs_signature"
@@ -106,8 +107,8 @@ def detail(runs: list[dict[str, Any]]) -> None:
 
 
 def retire(run: dict[str, Any]) -> None:
-    """Retire (or un-retire) the run shown, with a reason: POST /runs/retire with a write token
-    (SCALEBOOK_TOKEN, or one typed here for this request only)."""
+    """Retire the run shown, with a reason (POST /runs/retire), or un-retire it (POST /runs/unretire),
+    with a write token (SCALEBOOK_TOKEN, or one typed here for this request only)."""
     retired = bool(run.get("retired") or run.get("retired_at"))
     label = "Un-retire this run" if retired else "Retire this run"
     with st.expander(f"{label} (needs a write token)", icon=":material/archive:"):
@@ -122,10 +123,10 @@ def retire(run: dict[str, Any]) -> None:
         if st.button(label, key="runs_retire_go", disabled=not retired and not reason.strip()):
             try:
                 if retired:
-                    api.unretire_runs([int(run["id"])], token=token or None)
+                    Client(token=token or None).unretire([int(run["id"])])
                 else:
-                    api.retire_runs([int(run["id"])], reason, token=token or None)
-            except api.DashboardApiError as exc:
+                    Client(token=token or None).retire(reason, [int(run["id"])])
+            except ClientError as exc:
                 ui.show_error(exc)
             else:
                 data.clear()

@@ -9,10 +9,10 @@ from typing import Any
 import streamlit as st
 
 from dashboard import data, ui
-from dashboard.api import ApiDown, ApiError, Unauthorized
 from dashboard.logic import scaling as sc
 from dashboard.logic.fmt import pct, size_label
 from dashboard.logic.runs import styled
+from service.client import ApiDown, ApiError, Unauthorized
 
 #: display formats of the scaling table
 TABLE_FORMATS = {"nodes": "{:,.0f}", "world_size": "{:,.0f}", "tokens_per_sec_per_gpu": "{:,.0f}",

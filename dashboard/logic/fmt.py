@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from core import families
 from core.rules import config_label, effective_mfu  # noqa: F401 - the one label and MFU, for the pages
 
 Run = Mapping[str, Any]
@@ -15,12 +16,9 @@ PARALLEL_DIMS = ("dp", "tp", "pp", "cp", "ep")
 
 
 def size_label(size_class: float | None) -> str:
-    """Model size class (billions) as a row label: 1.3 -> "1.3B", 1200 -> "1.2T"."""
-    if size_class is None:
-        return "?"
-    if size_class >= 1000:
-        return f"{size_class / 1000:g}T"
-    return f"{size_class:g}B"
+    """Model size class (billions) as a row label (core.families.size_label: 1.3 -> "1.3B", 0.12 ->
+    "120M"); "?" when unknown."""
+    return "?" if size_class is None else families.size_label(size_class)
 
 
 def nodes_label(nodes: int) -> str:

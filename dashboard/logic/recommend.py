@@ -1,5 +1,5 @@
-""""What worked?" (GET /api/v1/recommend) and "Plan the next runs" (GET /api/v1/suggest):
-candidates as table rows and readable texts.
+""""What worked?" (GET /api/v1/recommend) and "Plan the next runs" (GET /api/v1/suggest): the runs
+measured on the target and the candidates as table rows and readable texts.
 
 A candidate is ``{"config": {dp, tp, pp, cp, ep, zero_stage, micro_batch_size, grad_accum_steps,
 recompute}, "origin", "predicted": {tokens_per_sec_per_gpu, mfu, peak_memory_gib, interval, ...},
@@ -76,6 +76,50 @@ def candidate_rows(candidates: Sequence[Candidate], target: Mapping[str, Any] | 
         })
     return pd.DataFrame(rows, columns=["#", "config", "predicted_tokens_per_sec_per_gpu", "interval", "predicted_mfu",
                                        "predicted_peak_memory_gib", "measured_tokens_per_sec_per_gpu", "evidence"])
+
+
+def memory_verdict(run: Mapping[str, Any]) -> str:
+    """A measured run's memory-model verdict: "fits (66 GiB)", "model says no (136 GiB): it ran" (the
+    record wins), "not checked" (a degree or the micro-batch not recorded)."""
+    mem = run.get("memory") or {}
+    if not mem:
+        return "not checked"
+    peak = f"{mem.get('predicted_peak_memory_gib', 0):.0f} GiB"
+    if mem.get("disagrees"):
+        return f"model says no ({peak}): it ran"
+    return f"fits ({peak})" if mem.get("fits") else f"not decided ({peak})"
+
+
+#: how the measured table writes its numbers
+MEASURED_FORMATS: dict[str, str] = {"tokens_per_sec_per_gpu": "{:,.0f}", "mfu": "{:.1%}",
+                                    "peak_memory_gib": "{:.1f}"}
+
+
+def measured_rows(measured: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per configuration measured on the target (GET /recommend `measured_on_target`), best
+    first as the API orders them: run id, model (exact size · framework · precision), config,
+    measured tokens/s per GPU, MFU, peak memory (as recorded), runs of that config, the memory
+    model's verdict for it."""
+    rows = [{"run": f"#{m.get('run_id')}", "model": m.get("label"), "config": config_label(m.get("config") or {}),
+             "tokens_per_sec_per_gpu": m.get("tokens_per_sec_per_gpu"), "mfu": m.get("mfu"),
+             "peak_memory_gib": m.get("peak_memory_gib"), "runs": m.get("n_runs"), "memory model": memory_verdict(m)}
+            for m in measured]
+    return pd.DataFrame(rows, columns=["run", "model", "config", "tokens_per_sec_per_gpu", "mfu", "peak_memory_gib",
+                                       "runs", "memory model"])
+
+
+def cell_text(cell: Mapping[str, Any] | None) -> str:
+    """"the heatmap's 7–8B row × 8 nodes of H100-SXM-80GB, seq 4096: 17 configurations ran, 42 OOM,
+    6 other failures; successful runs at other sequence lengths: 8192 (5)"."""
+    if not cell:
+        return "nothing recorded"
+    text = (f"{cell.get('size')} × {nodes_label(cell.get('nodes') or 0)} of {cell.get('gpu_type')}, seq "
+            f"{cell.get('seq_len')}: {cell.get('n_configurations', 0)} configuration(s) ran, {cell.get('n_oom', 0)} "
+            f"OOM, {cell.get('n_failed', 0)} other failure(s)")
+    other = cell.get("success_at_other_seq_len") or {}
+    if other:
+        text += "; successful runs at other sequence lengths: " + ", ".join(f"{k} ({v})" for k, v in other.items())
+    return text
 
 
 def model_text(model: Mapping[str, Any]) -> str:

@@ -52,15 +52,17 @@ def parse_tokens(value: str | int | float) -> int:
 
 
 def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_type: str | None,
-              gpus_per_node: int, precision: str) -> tuple[float, dict[str, Any], str]:
+              gpus_per_node: int, precision: str | None,
+              shape: dict[str, Any] | None = None) -> tuple[float, dict[str, Any], str]:
     """The MFU to plan with: the throughput model's prediction for the best configuration at the
-    planned scale (service/analytics/recommend.py). The node count and the MFU depend on each
-    other, so this iterates from 8 nodes: MFU at n nodes → GPUs needed → n' nodes, until n' = n
-    (at most 6 rounds). When no configuration can be proposed at n nodes (none hits the target's
-    global batch exactly — e.g. 13 nodes and 768 sequences — or none fits), the MFU is predicted at
-    the first count above n where one can, of the next 8 and the next power of two (_counts_above,
-    up to 2·n); the iteration stops when the count asked for resolves to the count it was predicted
-    at. Each count is looked up once. Returns (mfu,
+    planned scale (service/analytics/recommend.py), for the `precision` and the `shape` (framework,
+    model dims, gated_linear_unit: recommend.Target's fields) given, else the records'. The node
+    count and the MFU depend on each other, so this iterates from 8 nodes: MFU at n nodes → GPUs
+    needed → n' nodes, until n' = n (at most 6 rounds). When no configuration can be proposed at n
+    nodes (none hits the target's global batch exactly — e.g. 13 nodes and 768 sequences — or none
+    fits), the MFU is predicted at the first count above n where one can, of the next 8 and the
+    next power of two (_counts_above, up to 2·n); the iteration stops when the count asked for
+    resolves to the count it was predicted at. Each count is looked up once. Returns (mfu,
     {"nodes", "config", "gpu_type", "precision", "global_batch_tokens", "seq_len",
     "evidence_run_ids", "model", "unpredictable": {"nodes", "reason"} | None}, source text).
     Raises BadRequest when nothing can be predicted (no recorded runs to fit or complete the target
@@ -70,7 +72,7 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
     def ask(n: int) -> dict[str, Any]:
         try:
             return rec.recommend(session, rec.Target(model_params=n_params, nodes=n, gpus_per_node=gpus_per_node,
-                                                     gpu_type=gpu_type), k=1)
+                                                     gpu_type=gpu_type, precision=precision, **(shape or {})), k=1)
         except BadRequest as exc:
             raise BadRequest(f"no MFU to plan with: {exc.message}; pass mfu (e.g. 0.35)",
                              [{"field": "mfu", "value": None, "message": "required: nothing to predict from"}]) from exc
@@ -149,8 +151,11 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
 
 def plan(session: Session, *, model_params: str | int, tokens: str | int | float, days: float,
          gpu_type: str | None = None, mfu: float | None = None, peak_tflops: float | None = None,
-         gpus_per_node: int = 8, precision: str = "bf16") -> dict[str, Any]:
+         gpus_per_node: int = 8, precision: str | None = None, shape: dict[str, Any] | None = None) -> dict[str, Any]:
     """GPUs, nodes and GPU-hours to train `model_params` on `tokens` in `days` (see module docstring).
+
+    `precision`: of the peak and of the predicted MFU (default: the MFU's, bf16); `shape`: the
+    framework, model dims and gated_linear_unit the MFU is predicted for (default: the records').
 
     Units: peak_tflops TFLOP/s per GPU (dense), mfu a fraction in (0, 1], days wall-clock days.
     Returns {"model_params", "model_size_class", "tokens", "days", "gpu_type", "gpus_per_node", "mfu",
@@ -189,17 +194,20 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         mfu_source = "given"
     else:
         mfu, mfu_run, mfu_source = model_mfu(session, n_params, n_tokens, days, canonical_gpu or gpu_type,
-                                             gpus_per_node, precision)
+                                             gpus_per_node, precision, shape)
         if gpu_type is None and mfu_run.get("gpu_type"):
             canonical_gpu = hardware.canonical_gpu_type(mfu_run["gpu_type"])
             notes.append(f"gpu_type not given: using {mfu_run['gpu_type']}, the records' nearest")
         predicted_in = mfu_run.get("precision")
-        if predicted_in and predicted_in != hardware.canonical_precision(precision) and peak_tflops is None:
+        if precision is None:
+            precision = predicted_in
+        elif predicted_in and predicted_in != hardware.canonical_precision(precision) and peak_tflops is None:
             # an MFU predicted in bf16 times the fp8 peak would plan half the GPUs: one precision for both
             notes.append(f"the MFU is predicted in {predicted_in}, so the peak is {predicted_in}'s too (asked: "
                          f"{precision}); pass mfu to plan in {precision}")
             precision = predicted_in
 
+    precision = precision or "bf16"
     if peak_tflops is not None:
         peak_source = "given"
     else:

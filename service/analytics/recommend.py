@@ -45,15 +45,15 @@ from sqlalchemy.orm import Session
 from core import hardware
 from core.model import model_size_class, resolve_shape
 from core.record import parse_param_count
-from core.rules import CONFIG_FIELDS
+from service.analytics import on_target
 from service.analytics import throughput as th
 from service.analytics.anchor import Anchors
 from service.analytics.memory import estimate_memory
+from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value
 from service.errors import BadRequest
 from service.tables import Run
 
 LAYOUT_FIELDS = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute")
-DIM_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
 _RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
 _POW2 = (1, 2, 4, 8, 16, 32, 64)
 #: the most the interval's half-width is widened by (× (1 + widen)) for extrapolation
@@ -82,7 +82,11 @@ def parse_model_params(value: str | int | float) -> int:
 
 @dataclass
 class Target:
-    """What the user plans: model size (params), nodes × gpus_per_node of gpu_type, seq_len, batch."""
+    """What the user plans: model size (params; `family`: the size as asked names the heatmap's
+    family row, on_target.names_family, not one size class), nodes × gpus_per_node of gpu_type,
+    seq_len, batch, the model's dims and MLP shape (gated_linear_unit: SwiGLU-style three matrices,
+    or GPT's two), the framework and precision it is costed for. What is left out is completed
+    from the records (_complete_target)."""
 
     model_params: int
     nodes: int
@@ -96,6 +100,10 @@ class Target:
     num_kv_heads: int | None = None
     ffn_hidden_size: int | None = None
     vocab_size: int | None = None
+    gated_linear_unit: bool | None = None
+    framework: str | None = None
+    precision: str | None = None
+    family: bool = False
 
     @property
     def world_size(self) -> int:
@@ -152,69 +160,173 @@ def oom_implied(cfg: dict[str, Any], ctx: dict[str, Any], ooms: list[dict[str, A
     return None
 
 
-def _complete_target(target: Target, rows: list[dict[str, Any]], notes: list[str]) -> dict[str, Any]:
-    """The target with what it leaves out taken from the nearest recorded configurations (noted)."""
-    size_class = model_size_class(target.model_params)
-    gpu = hardware.canonical_gpu_type(target.gpu_type) or target.gpu_type
-    ranked = sorted(rows, key=lambda r: (distance(r, size_class, target.nodes, target.seq_len, gpu), -r["n_runs"]))
-    ctx: dict[str, Any] = {"model_params": target.model_params, "size_class": size_class,
-                           "nodes": target.nodes, "gpus_per_node": target.gpus_per_node}
-    nearest = ranked[0] if ranked else None
+def _most_recorded(rows: list[dict[str, Any]], key: str, where: Any = None) -> Any:
+    """The value of `key` with the most recorded successful runs among configuration rows (ties: the
+    smaller value as text), None when no row has one."""
+    counts: dict[Any, int] = {}
+    for r in rows:
+        if r.get(key) is not None and (where is None or where(r)):
+            counts[r[key]] = counts.get(r[key], 0) + int(r["n_runs"] or 1)
+    return min(counts, key=lambda v: (-counts[v], str(v))) if counts else None
+
+
+def _target_gpu(target: Target, rows: list[dict[str, Any]], notes: list[str]) -> str:
+    """The target's GPU type: the catalog name of the one given, else the GPU type with the most
+    recorded successful runs (the heatmap's default slice), said in the notes."""
+    if target.gpu_type:
+        return hardware.canonical_gpu_type(target.gpu_type) or target.gpu_type
+    gpu = _most_recorded(rows, "gpu_type")
     if gpu is None:
-        if nearest is None:
-            raise BadRequest("no recorded run to take the GPU type from: pass gpu_type",
-                             [{"field": "gpu_type", "value": None, "message": "required without recorded runs"}])
-        gpu = nearest["gpu_type"]
-        notes.append(f"gpu_type not given: {gpu}, the nearest recorded configuration's")
-    ctx["gpu_type"] = gpu
-    dims = {f: getattr(target, f) for f in DIM_FIELDS}
-    same_size = [r for r in ranked if r["model_size_class"] == size_class and r["hidden_size"]]
-    if not any(dims.values()) and same_size:
-        dims = {f: same_size[0][f] for f in DIM_FIELDS}
-        ctx["model_params"] = same_size[0]["model_params"] or target.model_params
-        notes.append(f"model dims from the recorded {size_class:g}B runs (run #{same_size[0]['first_id']})")
-    ctx.update(dims)
-    if not all(dims.get(f) for f in DIM_FIELDS):
+        raise BadRequest("no recorded run to take the GPU type from: pass gpu_type",
+                         [{"field": "gpu_type", "value": None, "message": "required without recorded runs"}])
+    notes.append(f"gpu_type not given: {gpu}, the GPU type with the most recorded runs")
+    return str(gpu)
+
+
+def _target_seq(target: Target, rows: list[dict[str, Any]], gpu: str, notes: list[str]) -> int:
+    """The target's sequence length: the one given, else the one most recorded on its GPU type (the
+    slice the heatmap is drawn on), else the nearest recorded configuration's; said in the notes."""
+    if target.seq_len:
+        return target.seq_len
+    seq = _most_recorded(rows, "seq_len", lambda r: r["gpu_type"] == gpu)
+    if seq is not None:
+        notes.append(f"seq_len not given: {seq}, the sequence length most recorded on {gpu}")
+        return int(seq)
+    size_class = model_size_class(target.model_params)
+    ranked = sorted(rows, key=lambda r: (distance(r, size_class, target.nodes, None, gpu), -r["n_runs"]))
+    if not ranked or ranked[0]["seq_len"] is None:
+        raise BadRequest("seq_len is needed (no recorded run to take it from)",
+                         [{"field": "seq_len", "value": None, "message": "required"}])
+    notes.append(f"seq_len not given: {ranked[0]['seq_len']}, the nearest recorded configuration's")
+    return int(ranked[0]["seq_len"])
+
+
+def _recorded_model(target: Target, cell: on_target.Cell, found: on_target.Measured,
+                    rows: list[dict[str, Any]], gpu: str, seq: int) -> tuple[dict[str, Any], str] | None:
+    """The recorded model the answer is costed on when the target gives no dims: that of the first
+    run measured on the target (found.runs, dims from it or from another record of the same model);
+    else the recorded model with dims nearest in size to the one asked within the cell's size (family
+    or size class), nearest configuration first. (row with model_params and dims, where from) or None."""
+    def nearest(candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
+        size_class = model_size_class(target.model_params)
+        return min(candidates, key=lambda r: (abs(math.log((r["model_params"] or target.model_params)
+                                                           / target.model_params)),
+                                              distance(r, size_class, target.nodes, seq, gpu), -r["n_runs"],
+                                              r["first_id"]), default=None)
+
+    if found.runs:
+        run = found.runs[0]
+        model = {"model_params": run["model_params"] or int((run["model_size_class"] or 0) * 1e9) or None,
+                 **{f: run[f] for f in DIM_FIELDS}, "gated_linear_unit": run.get("gated_linear_unit")}
+        where = (f"the model of run #{run['run_id']} ({run['model_name'] or run['label']}), the first measured "
+                 "on this target")
+        if not run["hidden_size"]:
+            same = nearest([r for r in rows if r["hidden_size"] and r["model_params"] == run["model_params"]])
+            if same is not None:
+                model.update({f: same[f] for f in DIM_FIELDS}, gated_linear_unit=same.get("gated_linear_unit"))
+                where += f" (dims as recorded with run #{same['first_id']})"
+        return model, where
+    inside = [r for r in rows if r["hidden_size"] and cell.holds(r["model_size_class"])]
+    pick = nearest(inside)
+    if pick is None:
+        return None
+    return ({"model_params": pick["model_params"], **{f: pick[f] for f in DIM_FIELDS},
+             "gated_linear_unit": pick.get("gated_linear_unit")},
+            f"the recorded {on_target.size_label(pick['model_params'], pick['model_size_class'])} model "
+            f"(run #{pick['first_id']}), the nearest in {cell.size_text()} that records its dims")
+
+
+def _complete_target(session: Session, target: Target, rows: list[dict[str, Any]], notes: list[str], *,
+                     need_batch: bool = True, measured_limit: int = 10) -> tuple[dict[str, Any],
+                                                                                on_target.Cell,
+                                                                                on_target.Measured]:
+    """The target with what it leaves out completed, each completion said in `notes`: GPU type
+    (_target_gpu), seq_len (_target_seq), precision, the runs measured on the target
+    (service/analytics/on_target.py), the model (the dims given, else the recorded model's:
+    _recorded_model; what neither gives is inferred from model_params as the memory and throughput
+    models do), the global batch (the recorded model's run on the target, else the nearest recorded
+    configuration's; not when `need_batch` is False) and the framework. Returns (ctx, the cell,
+    what was measured on it). Raises BadRequest naming the field that cannot be completed."""
+    gpu = _target_gpu(target, rows, notes)
+    seq = _target_seq(target, rows, gpu, notes)
+    asked_class = model_size_class(target.model_params)
+    precision = _precision(target, sorted(rows, key=lambda r: (distance(r, asked_class, target.nodes, seq, gpu),
+                                                                -r["n_runs"])), gpu, notes)
+    given = {f: getattr(target, f) for f in DIM_FIELDS}
+    cell = on_target.Cell(target.model_params, target.family, target.nodes, target.gpus_per_node, gpu, seq,
+                          {k: v for k, v in given.items() if v})
+    found = on_target.measured(session, cell, precision=precision, limit=measured_limit)
+    ctx: dict[str, Any] = {"model_params": target.model_params, "nodes": target.nodes,
+                           "gpus_per_node": target.gpus_per_node, "gpu_type": gpu, "seq_len": seq,
+                           "precision": precision, **given, "gated_linear_unit": target.gated_linear_unit}
+    recorded = None if any(given.values()) else _recorded_model(target, cell, found, rows, gpu, seq)
+    if recorded is not None:
+        model, where = recorded
+        ctx.update({k: v for k, v in model.items() if k != "gated_linear_unit" and (k != "model_params" or v)})
+        if ctx["gated_linear_unit"] is None:
+            ctx["gated_linear_unit"] = model.get("gated_linear_unit")
+        dims = ", ".join(f"{f} {ctx[f]:,}" for f in DIM_FIELDS if ctx.get(f))
+        notes.append(f"costed on {where}: {on_target.size_label(ctx['model_params'], None)} parameters"
+                     + (f", {dims}" if dims else ", dims not recorded"))
+    ctx["size_class"] = size_class = model_size_class(ctx["model_params"])
+    if not all(ctx.get(f) for f in DIM_FIELDS):
         # what the target leaves out is inferred from model_params, as the memory and throughput models do
         # (core.model.resolve_shape): said, so that the answer is read for those dims
         inferred: list[str] = []
         try:
-            resolve_shape({**ctx, "model_params": ctx["model_params"]}, inferred)
+            resolve_shape(dict(ctx), inferred)
         except ValueError:
             inferred = []
         inferred = [n for n in inferred if not n.startswith("dims give")]  # a check, not an inference
         if inferred:
-            given = any(getattr(target, f) for f in DIM_FIELDS)
-            source = ("the target leaves out" if given else "the records leave out" if same_size
+            source = ("the target leaves out" if any(given.values()) else "the records leave out" if recorded
                       else "neither given nor recorded")
             notes.append(f"model dims {source}, inferred from model_params {ctx['model_params']:,}: "
                          + "; ".join(inferred) + " — pass your model's dims (num_layers, hidden_size, ...) to be "
                          "costed on them")
-    ctx["seq_len"] = target.seq_len or (nearest or {}).get("seq_len")
-    if ctx["seq_len"] is None:
-        raise BadRequest("seq_len is needed (no recorded run to take it from)",
-                         [{"field": "seq_len", "value": None, "message": "required"}])
-    if not target.seq_len:
-        notes.append(f"seq_len not given: {ctx['seq_len']}, the nearest recorded configuration's")
-    gbt = target.global_batch_tokens
-    if gbt is None and nearest is not None:
-        n = nearest
+    ranked = sorted(rows, key=lambda r: (distance(r, size_class, target.nodes, seq, gpu), -r["n_runs"]))
+    ctx["global_batch_tokens"] = target.global_batch_tokens
+    if target.global_batch_tokens is None and need_batch:
+        ctx["global_batch_tokens"] = _target_batch(found, ranked, notes)
+    ctx["framework"] = fw = _target_framework(target, found, rows, ranked, gpu, notes)
+    if target.precision and not any(r["gpu_type"] == gpu and r["framework"] == fw and r["precision"] == precision
+                                    for r in rows):
+        notes.append(f"no successful run of {fw} on {gpu} in {precision} is recorded: the throughput model carries "
+                     f"what it fitted in other precisions to the {precision} peak (an extrapolation)")
+    return ctx, cell, found
+
+
+def _target_batch(found: on_target.Measured, ranked: list[dict[str, Any]], notes: list[str]) -> int:
+    """The global batch (tokens) of the first run measured on the target, else of the nearest recorded
+    configuration; BadRequest when neither gives one."""
+    for run in found.runs[:1]:
+        if run["global_batch_tokens"]:
+            notes.append(f"global_batch_tokens not given: {run['global_batch_tokens']:,}, run "
+                         f"#{run['run_id']}'s (measured on this target)")
+            return int(run["global_batch_tokens"])
+    if ranked:
+        n = ranked[0]
         gbt = n["dp"] * n["micro_batch_size"] * n["grad_accum_steps"] * n["seq_len"] if n["dp"] else None
         if gbt:
             notes.append(f"global_batch_tokens not given: {gbt:,}, the nearest recorded configuration's")
-    if gbt is None:
-        raise BadRequest("global_batch_tokens is needed (no recorded run to take it from)",
-                         [{"field": "global_batch_tokens", "value": None, "message": "required"}])
-    ctx["global_batch_tokens"] = gbt
-    ctx["framework"] = _framework(ranked, gpu, notes)
-    ctx["precision"] = _precision(ranked, gpu, notes)
-    return ctx
+            return int(gbt)
+    raise BadRequest("global_batch_tokens is needed (no recorded run to take it from)",
+                     [{"field": "global_batch_tokens", "value": None, "message": "required"}])
 
 
-def _precision(ranked: list[dict[str, Any]], gpu: str | None, notes: list[str]) -> str:
-    """The precision the target is costed in (the question names none): bf16, mixed-precision
-    training's matmul precision, where the catalog has a bf16 peak for the GPU; else the precision
-    of the nearest recorded configuration on that GPU (e.g. fp16 on V100), said in the notes."""
+def _precision(target: Target, ranked: list[dict[str, Any]], gpu: str | None, notes: list[str]) -> str:
+    """The precision the target is costed in: the one given (canonical name; BadRequest when the
+    catalog has no peak for it on the GPU); else bf16, mixed-precision training's matmul precision,
+    where the catalog has a bf16 peak for the GPU; else the precision of the nearest recorded
+    configuration on that GPU (e.g. fp16 on V100), said in the notes."""
+    if target.precision:
+        precision = hardware.canonical_precision(target.precision)
+        if precision is None or (hardware.lookup(gpu) is not None and not hardware.peak_tflops(gpu, precision)):
+            raise BadRequest(f"precision '{target.precision}': the hardware catalog has no {precision or 'such'} "
+                             f"peak for {gpu}",
+                             [{"field": "precision", "value": target.precision,
+                               "message": f"no peak FLOP/s for {gpu} at this precision"}])
+        return precision
     if gpu is None or hardware.peak_tflops(gpu, "bf16"):
         notes.append("costed in bf16 (the question names no precision)")
         return "bf16"
@@ -228,8 +340,39 @@ def _precision(ranked: list[dict[str, Any]], gpu: str | None, notes: list[str]) 
     return "bf16"
 
 
-def _framework(ranked: list[dict[str, Any]], gpu: str | None, notes: list[str]) -> str | None:
-    """The framework of the nearest recorded configurations (on the target GPU when it has any)."""
+def resolve_framework(name: str, rows: list[dict[str, Any]], notes: list[str]) -> str:
+    """A framework as the user writes it ("nemo", "Megatron") read as a recorded framework name:
+    the one equal to it ignoring case, else the one containing it (the most recorded when several
+    do, the others named in the notes); a name nothing recorded matches is kept as given (its fit
+    is then carried from other runs or the prior, which the answer's model says)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r["framework"]:
+            counts[r["framework"]] = counts.get(r["framework"], 0) + int(r["n_runs"] or 1)
+    wanted = name.strip().lower()
+    exact = [f for f in counts if f.lower() == wanted]
+    if exact:
+        return exact[0]
+    containing = sorted((f for f in counts if wanted and wanted in f.lower()), key=lambda f: (-counts[f], f))
+    if not containing:
+        notes.append(f"framework '{name}': no successful run of it is recorded")
+        return name.strip()
+    notes.append(f"framework '{name}' read as '{containing[0]}'"
+                 + (f" (the most recorded of {', '.join(containing)})" if len(containing) > 1 else ""))
+    return containing[0]
+
+
+def _target_framework(target: Target, found: on_target.Measured, rows: list[dict[str, Any]],
+                      ranked: list[dict[str, Any]], gpu: str | None, notes: list[str]) -> str | None:
+    """The framework the target is costed for: the one given (resolve_framework); else that of the
+    first run measured on the target when the records hold configurations of it to fit on; else
+    that of the nearest recorded configurations (on the target GPU when it has any)."""
+    if target.framework:
+        return resolve_framework(target.framework, rows, notes)
+    for run in found.runs[:1]:
+        if run["framework"] and any(r["framework"] == run["framework"] for r in rows):
+            notes.append(f"framework: {run['framework']} (run #{run['run_id']}'s, measured on this target)")
+            return str(run["framework"])
     on_gpu = [r for r in ranked if r["gpu_type"] == gpu] or ranked
     if not on_gpu:
         return None
@@ -277,23 +420,12 @@ def layouts(ctx: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, A
 
 def _run_record(cfg: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
     rec = {k: ctx.get(k) for k in ("model_params", "seq_len", "nodes", "gpus_per_node", "gpu_type", "precision",
-                                   "framework", *DIM_FIELDS)}
+                                   "framework", *DIM_FIELDS, "gated_linear_unit")}
     rec.update(cfg)
     return rec
 
 
-#: how a NULL configuration field of a recorded row is matched against a candidate: ZeRO and
-#: recompute have documented defaults (0, none); EP unstated matches the candidates' EP 1 because
-#: the recommender proposes dense layouts only and no model here costs EP. dp/tp/pp/cp have no
-#: default: a NULL one matches nothing (load_configs leaves such runs out anyway).
-_DEFAULTS = {"ep": 1, "zero_stage": 0, "recompute": "none"}
-
-
-def _value(row: dict[str, Any], f: str) -> Any:
-    """A configuration field of a recorded row for matching, NULL read as _DEFAULTS says (dp, tp,
-    pp, cp stay None)."""
-    v = row.get(f)
-    return _DEFAULTS.get(f) if v is None else v
+_value = config_value  # (the matching rule lives in on_target, which recommend builds on)
 
 
 def _evidence(cfg: dict[str, Any], ctx: dict[str, Any], rows: list[dict[str, Any]], n: int = 3) -> list[dict]:
@@ -340,7 +472,8 @@ class Scored:
 @dataclass
 class Prepared:
     """What one request reads and derives once: the configuration rows, the completed target
-    (`ctx`), the throughput model and its fit, the recorded OOMs, notes."""
+    (`ctx`), the throughput model and its fit, the recorded OOMs, notes, the target's heatmap cell
+    and what was measured on it (service/analytics/on_target.py)."""
 
     rows: list[dict[str, Any]]
     ctx: dict[str, Any]
@@ -348,10 +481,14 @@ class Prepared:
     fit: th.Fit
     ooms: list[dict[str, Any]]
     notes: list[str]
+    cell: on_target.Cell
+    measured: on_target.Measured
 
 
-def prepare(session: Session, target: Target) -> Prepared:
-    """Read the runs (aggregated) and OOMs, complete the target, choose the fit. Raises
+def prepare(session: Session, target: Target, *, need_batch: bool = True, measured_limit: int = 10) -> Prepared:
+    """Read the runs (aggregated) and OOMs, complete the target (_complete_target: `need_batch`
+    False leaves a global batch the target does not give unset, for /predict, whose configuration
+    sets it; `measured_limit` runs measured on the target are listed), choose the fit. Raises
     BadRequest for a bad or uncompletable target."""
     if target.nodes < 1 or target.gpus_per_node < 1:
         raise BadRequest("nodes and gpus_per_node must be >= 1",
@@ -362,7 +499,8 @@ def prepare(session: Session, target: Target) -> Prepared:
     if skipped:
         notes.append(skipped)
     try:
-        ctx = _complete_target(target, rows, notes)
+        ctx, cell, found = _complete_target(session, target, rows, notes, need_batch=need_batch,
+                                            measured_limit=measured_limit)
     except BadRequest as exc:
         if rows:
             raise
@@ -371,13 +509,16 @@ def prepare(session: Session, target: Target) -> Prepared:
     fit = model.fit_for(ctx["gpu_type"], ctx["framework"])
     if fit.status == "prior" or fit.reason:
         notes.append(fit.reason or "prior parameters")
-    return Prepared(rows, ctx, model, fit, _oom_rows(session, ctx), notes)
+    return Prepared(rows, ctx, model, fit, _oom_rows(session, ctx), notes, cell, found)
 
 
-def scored(prep: Prepared, skip: set[tuple] | None = None, *, anchor: bool = True) -> list[Scored]:
-    """Every valid configuration for the target (layouts()), except those in `skip` (tuples of
-    CONFIG_FIELDS), with its prediction: anchored on the residuals of the nearest recorded runs
-    of its layout (anchored()) unless `anchor` is False (the model's own prediction)."""
+def scored(prep: Prepared, skip: set[tuple] | None = None, *, anchor: bool = True,
+           configs: list[dict[str, Any]] | None = None) -> list[Scored]:
+    """Every valid configuration for the target (layouts(); or `configs`, the configurations
+    /predict is asked about), except those in `skip` (tuples of CONFIG_FIELDS), with its
+    prediction: anchored on the residuals of the nearest recorded runs of its layout (anchored())
+    unless `anchor` is False (the model's own prediction). A configuration the model cannot cost
+    is left out."""
     ctx, rows = prep.ctx, prep.rows
     by_layout: dict[tuple, float] = {}
     for r in rows:
@@ -396,7 +537,7 @@ def scored(prep: Prepared, skip: set[tuple] | None = None, *, anchor: bool = Tru
     anchors = Anchors(rows, prep.fit, lambda r: distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"],
                                                          ctx["gpu_type"]))
     out = []
-    for cfg in layouts(ctx, rows):
+    for cfg in layouts(ctx, rows) if configs is None else configs:
         if skip and tuple(cfg[f] for f in CONFIG_FIELDS) in skip:
             continue
         layout = tuple(cfg[f] for f in LAYOUT_FIELDS)
@@ -480,27 +621,36 @@ def empty_answer(target: Target, reason: str) -> dict[str, Any]:
                        "world_size": target.world_size},
             "model": th.Fit(dict(th.PRIOR), "prior", {}, reason="no recorded runs").describe(),
             "candidates": [], "suggestions": [], "best_recorded": None, "notes": [reason],
+            "measured_on_target": [], "cell": None,
             "counts": {"layouts": 0, "memory_rejected": 0, "oom_rejected": 0}}
 
 
 def recommend(
-    session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu", anchor: bool = True
+    session: Session, target: Target, *, k: int = 5, metric: str = "tokens_per_sec_per_gpu", anchor: bool = True,
+    skip_recorded: bool = False,
 ) -> dict[str, Any]:
-    """Up to k candidates for the target, best first (module docstring).
+    """Up to k candidates for the target, best first (module docstring), after what was measured
+    on it.
 
     Returns {"target": the completed target, "model": the throughput fit used (status, fitted-on
-    runs, held-out error), "candidates": [{config, origin, predicted {tokens_per_sec_per_gpu, mfu,
+    runs, held-out error), "measured_on_target": up to k runs measured on the target's heatmap
+    cell (service/analytics/on_target.measured: every framework and precision, labelled, the
+    costed precision first, then the model nearest the size asked, then best), "cell": its counts,
+    "candidates": [{config, origin, predicted {tokens_per_sec_per_gpu, mfu,
     peak_memory_gib, interval, step_time_s, breakdown_s}, measured | None, evidence [...],
     memory {...}, why}], "notes": [...], "counts": {...}}. `metric` "mfu" ranks by predicted MFU
     (the same order on one target). `anchor` False ranks by the throughput model alone (no
-    evidence anchoring: bench/recommend_holdout.py compares the two). Raises BadRequest for a bad
-    target."""
+    evidence anchoring: bench/recommend_holdout.py compares the two). `skip_recorded`: the
+    candidates are the layouts not run on the target ("What worked?": what ran there is listed
+    first, measured); else every layout, one that ran on the target with `measured` beside its
+    prediction (the planner's best configuration at a scale). Raises BadRequest for a bad target."""
+    keys = ("target", "model", "measured_on_target", "cell", "candidates", "notes", "counts")
     try:
-        prep = prepare(session, target)
+        prep = prepare(session, target, measured_limit=k)
     except NothingRecorded as exc:
         answer = empty_answer(target, exc.message)
-        return {k_: answer[k_] for k_ in ("target", "model", "candidates", "notes", "counts")}
-    items = scored(prep, anchor=anchor)
+        return {k_: answer[k_] for k_ in keys}
+    items = scored(prep, recorded_on_target(session, prep.ctx) if skip_recorded else None, anchor=anchor)
     key = "mfu" if metric == "mfu" else "tokens_per_sec_per_gpu"
     counts = {"layouts": len(items), "memory_rejected": 0, "oom_rejected": 0}
 
@@ -532,8 +682,14 @@ def recommend(
     out: list[dict[str, Any]] = []
     for _, item, ok in kept[:k]:
         out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows))
-    return {"target": target_body(prep), "model": prep.fit.describe(), "candidates": out, "notes": prep.notes,
-            "counts": counts}
+    found = prep.measured
+    notes = prep.notes + on_target.disagreement_notes(found)
+    if found.runs and not out:
+        notes.append(f"no layout {'that was not run on this target ' if skip_recorded else ''}is predicted to "
+                     f"fit; {found.n_configurations} configuration(s) measured on it are listed first: the record "
+                     "wins over the memory model")
+    return {"target": target_body(prep), "model": prep.fit.describe(), "measured_on_target": found.runs,
+            "cell": found.summary(prep.cell), "candidates": out, "notes": notes, "counts": counts}
 
 
 def recorded_on_target(session: Session, ctx: dict[str, Any]) -> set[tuple]:
@@ -564,7 +720,8 @@ def candidate(cfg: dict[str, Any], ctx: dict[str, Any], pred: dict[str, Any], me
     measured = None
     if exact is not None:
         measured = {"tokens_per_sec_per_gpu": exact["tokens_per_sec_per_gpu"], "n_runs": exact["n_runs"],
-                    "run_id": exact["first_id"], "peak_memory_gib": exact["peak_memory_gib"]}
+                    "run_id": exact["first_id"], "peak_memory_gib": exact["peak_memory_gib"],
+                    "framework": exact["framework"], "precision": exact["precision"]}
     return {
         "config": cfg,
         "origin": "recorded on this target" if exact else "predicted",

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Query, Response
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from core.rules import config_label
 from service import __version__
@@ -17,6 +17,7 @@ from service.analytics import recommend as rec
 from service.api.deps import DatabaseDep, SessionDep
 from service.api.responses import model_response
 from service.api.security import READ
+from service.api.target import TargetDep
 from service.schemas import ErrorBody, Health, RunOut, UtcDatetime
 from service.store import naive_utc
 from service.tables import Run
@@ -187,9 +188,51 @@ class Candidate(BaseModel):
     why: str
 
 
+class MeasuredMemory(BaseModel):
+    """The memory model's prediction for a measured run's own configuration (GiB per GPU)."""
+
+    predicted_peak_memory_gib: float
+    usable_memory_gib: float | None
+    fits: bool | None
+    disagrees: bool = Field(description="the run succeeded though the memory model says it does not fit: "
+                                        "the record wins")
+    assumed: list[str] = Field(description="what the memory model took for fields the run does not record")
+
+
+class MeasuredRun(BaseModel):
+    """A configuration measured on the target (its best run): what ran, labelled with its exact
+    model size, framework and precision; tokens/s per GPU, MFU (fraction), peak memory GiB as recorded."""
+
+    run_id: int
+    label: str
+    model_name: str | None
+    model_params: int | None
+    model_size_class: float | None
+    num_layers: int | None
+    hidden_size: int | None
+    num_heads: int | None
+    num_kv_heads: int | None
+    ffn_hidden_size: int | None
+    vocab_size: int | None
+    framework: str | None
+    precision: str | None
+    seq_len: int | None
+    gpus_per_node: int | None
+    config: dict[str, Any]
+    global_batch_tokens: int | None
+    tokens_per_sec_per_gpu: float | None
+    mfu: float | None
+    peak_memory_gib: float | None
+    n_runs: int
+    source: str | None
+    memory: MeasuredMemory | None
+
+
 class Recommendation(BaseModel):
     target: dict[str, Any]
     model: dict[str, Any]
+    measured_on_target: list[MeasuredRun]
+    cell: dict[str, Any] | None
     candidates: list[Candidate]
     notes: list[str]
     counts: dict[str, int]
@@ -199,42 +242,35 @@ class Recommendation(BaseModel):
             dependencies=[READ])
 def recommend(
     session: SessionDep,
-    model_params: Annotated[str, Query(min_length=1, max_length=40, description="8B | 1.34B | 8e9 | 8030261248")],
-    nodes: Annotated[int, Query(ge=1, le=L.MAX_NODES)],
-    gpus_per_node: Annotated[int, Query(ge=1, le=L.MAX_GPUS_PER_NODE)] = 8,
-    gpu_type: Annotated[str | None, Query(max_length=100)] = None,
-    seq_len: Annotated[int | None, Query(ge=1, le=L.MAX_SEQ_LEN)] = None,
-    global_batch_tokens: Annotated[int | None, Query(ge=1, le=L.MAX_TOKENS)] = None,
-    num_layers: Annotated[int | None, Query(ge=1, le=L.MAX_LAYERS)] = None,
-    hidden_size: Annotated[int | None, Query(ge=1, le=L.MAX_HIDDEN)] = None,
-    num_heads: Annotated[int | None, Query(ge=1, le=L.MAX_HEADS)] = None,
-    num_kv_heads: Annotated[int | None, Query(ge=1, le=L.MAX_HEADS)] = None,
-    ffn_hidden_size: Annotated[int | None, Query(ge=1, le=L.MAX_FFN)] = None,
-    vocab_size: Annotated[int | None, Query(ge=1, le=L.MAX_VOCAB)] = None,
+    target: TargetDep,
     k: Annotated[int, Query(ge=1, le=L.MAX_K)] = 5,
     metric: Metric = "tokens_per_sec_per_gpu",
 ) -> Response:
     """"What worked on `nodes` nodes for a `model_params` model?" (DESIGN §4).
 
-    Candidates best first by the throughput model's prediction FOR THE TARGET
-    (service/analytics/recommend.py, throughput.py): valid layouts adapted exactly to the world
-    size and global batch, filtered by the memory model and recorded OOMs, ranked by the lower end
-    of the predicted interval times the probability that the layout fits (`memory.p_fits`, from the
-    memory model's held-out error). Each has `predicted`
-    (tokens/s/GPU, MFU, peak memory, interval), `evidence` (the recorded runs it rests on, with
-    model, GPU type, framework, distance) and `measured` when it ran on this very target. `model`:
-    the fit used (status fitted/prior, runs fitted on, held-out error). `notes`: what was taken
-    from the records. 400 when the target cannot be read or completed. 422 naming the field for a number beyond
-    service/limits.py.
+    First `measured_on_target`: up to `k` runs measured on the target's heatmap cell
+    (service/analytics/on_target.py) — the size family of a round size ("8B": the 7–8B row), or
+    the size class of a precise one, narrowed by the dims given; the same nodes, GPUs per node, GPU
+    type and seq_len; every framework and precision, each labelled; the precision the answer is
+    costed in first, then the model nearest the size asked, then the best (tokens/s/GPU, MFU, id);
+    each with the memory model's verdict for its own configuration (`memory.disagrees`: it ran
+    though the model says it does not fit — the record wins, and `notes` say so). `cell`: its
+    success / OOM / failure counts and successes at other sequence lengths.
+
+    Then `candidates`: the layouts NOT run on the target, best first by the throughput model's
+    prediction FOR THE TARGET (service/analytics/recommend.py, throughput.py), costed on the dims
+    given, else on the recorded model's (that of the first measured run), in the `framework` and
+    `precision` given (else the measured run's framework and bf16): valid layouts adapted exactly
+    to the world size and global batch, filtered by the memory model and recorded OOMs, ranked by
+    the lower end of the predicted interval times the probability that the layout fits
+    (`memory.p_fits`). Each has `predicted` (tokens/s/GPU, MFU, peak memory, interval), `evidence`
+    (the recorded runs it rests on, with model, GPU type, framework, distance). `model`: the fit
+    used (status fitted/prior, runs fitted on, held-out error). `notes`: every completion of the
+    target (GPU type, seq_len, dims, batch, framework, precision) and where it came from. 400 when
+    the target cannot be read or completed (e.g. a precision the GPU has no peak for). 422 naming
+    the field for a number beyond service/limits.py.
     """
-    L.check_parallelism({"nodes": nodes, "gpus_per_node": gpus_per_node})  # 422 beyond the limits
-    params = rec.parse_model_params(model_params)
-    L.check_model_params(params)
-    target = rec.Target(model_params=params, nodes=nodes, gpus_per_node=gpus_per_node,
-                        gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens,
-                        num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
-                        num_kv_heads=num_kv_heads, ffn_hidden_size=ffn_hidden_size, vocab_size=vocab_size)
-    return model_response(Recommendation, rec.recommend(session, target, k=k, metric=metric))
+    return model_response(Recommendation, rec.recommend(session, target, k=k, metric=metric, skip_recorded=True))
 
 
 @router.get("/health", response_model=Health, tags=["health"])

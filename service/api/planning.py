@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
 from core.model import model_size_class
@@ -14,6 +14,7 @@ from service.analytics import planner, regressions, scaling
 from service.analytics.recommend import parse_model_params
 from service.api.deps import SessionDep
 from service.api.security import READ
+from service.api.target import model_query
 from service.schemas import ErrorBody, UtcDatetime
 from service.store import naive_utc
 
@@ -115,13 +116,13 @@ def get_plan(
     model_params: Annotated[str, Query(min_length=1, max_length=40, description="3B | 1.34B | 8e9")],
     tokens: Annotated[str, Query(min_length=1, max_length=40, description="11T | 1e12 | 500B | 15000000000")],
     days: Annotated[float, Query(gt=0, le=L.MAX_DAYS, allow_inf_nan=False)],
+    model: Annotated[dict, Depends(model_query)],
     gpu_type: Annotated[str | None, Query(max_length=100)] = None,
     mfu: Annotated[float | None, Query(gt=0, le=1, allow_inf_nan=False, description="fraction: 0.30")] = None,
     peak_tflops: Annotated[
         float | None, Query(gt=0, le=L.MAX_PEAK_TFLOPS, allow_inf_nan=False, description="dense TFLOP/s/GPU")
     ] = None,
     gpus_per_node: Annotated[int, Query(ge=1, le=L.MAX_GPUS_PER_NODE)] = 8,
-    precision: Annotated[str, Query(max_length=32)] = "bf16",
 ) -> Plan:
     """GPUs to train `model_params` on `tokens` in `days`: GPUs = FLOPs per token · tokens /
     (peak · MFU · time) — 6·N per token for a given `mfu` (Kaplan et al. 2020), 6·N + 12·L·h·s
@@ -132,11 +133,14 @@ def get_plan(
     the entry and its source). Answers the GPUs the compute needs (ceil), the nodes, the GPUs booked
     in whole nodes and their GPU-hours, and the Amdahl-predicted efficiency at that scale when a
     scaling fit exists. SmolLM3: 3B, 11T tokens, 28 days, 720 TFLOP/s, MFU 0.30 → 379 GPUs, 48 nodes,
-    384 GPUs booked.
+    384 GPUs booked. A predicted MFU is predicted for the `framework`, `precision` and model dims
+    given (else the records'; `precision` is also the peak's, default the MFU's: bf16).
     """
     L.check_model_params(parse_model_params(model_params))
+    shape = {k: v for k, v in model.items() if k != "precision"}
     return Plan(**planner.plan(session, model_params=model_params, tokens=tokens, days=days, gpu_type=gpu_type,
-                               mfu=mfu, peak_tflops=peak_tflops, gpus_per_node=gpus_per_node, precision=precision))
+                               mfu=mfu, peak_tflops=peak_tflops, gpus_per_node=gpus_per_node,
+                               precision=model["precision"], shape=shape))
 
 
 class RegressionFlag(BaseModel):

@@ -11,6 +11,7 @@ from service.cli import (  # noqa: F401  (register the commands)
     ingest_cmds,
     model_cmds,
     ops,
+    predict_cmds,
     runs_cmds,
     server,
 )

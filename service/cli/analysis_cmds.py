@@ -13,7 +13,24 @@ import typer
 
 from core.rules import config_label
 from service.cli import render
-from service.cli.base import Api, ApiError, app, console, err_console, fail, fetch, print_json
+from service.cli.base import (
+    FfnHiddenSizeOpt,
+    FrameworkOpt,
+    GatedOpt,
+    HiddenSizeOpt,
+    NumHeadsOpt,
+    NumKvHeadsOpt,
+    NumLayersOpt,
+    PrecisionOpt,
+    VocabSizeOpt,
+    app,
+    call,
+    console,
+    err_console,
+    fetch,
+    print_json,
+    shape_params,
+)
 from service.cli.render import Col
 
 
@@ -37,9 +54,7 @@ def sql(
     fmt: SqlFormat = typer.Option(SqlFormat.table, "--format", "-f", help="table | csv | json"),
 ) -> None:
     """Run read-only SQL over the runs (POST /api/v1/sql); the server applies a timeout and a row cap."""
-    status, body = Api().post("/sql", {"query": query})
-    if status >= 400:
-        fail(str(ApiError(status, body)))
+    body = call("POST", "/sql", json={"query": query})
     if body.get("truncated"):
         err_console.print(f"[yellow]note:[/] truncated at {body['row_count']:,} rows (SCALEBOOK_SQL_MAX_ROWS)")
     if fmt is SqlFormat.json:
@@ -156,6 +171,15 @@ def plan(
     mfu: float = typer.Option(None, "--mfu", help="fraction, e.g. 0.30 (default: the throughput model's prediction)"),
     peak_tflops: float = typer.Option(None, "--peak-tflops", help="dense TFLOP/s per GPU (default: catalog)"),
     gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
+    framework: FrameworkOpt = None,
+    precision: PrecisionOpt = None,
+    num_layers: NumLayersOpt = None,
+    hidden_size: HiddenSizeOpt = None,
+    num_heads: NumHeadsOpt = None,
+    num_kv_heads: NumKvHeadsOpt = None,
+    ffn_hidden_size: FfnHiddenSizeOpt = None,
+    vocab_size: VocabSizeOpt = None,
+    gated: GatedOpt = None,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """GPUs needed: GPUs = FLOPs per token × tokens / (peak · MFU · time), booked in whole nodes.
@@ -165,7 +189,9 @@ def plan(
     (PaLM, appendix B): GPUs = tokens / (predicted tokens/s/GPU · time). The GPU-hours are those of
     every booked GPU (nodes × GPUs per node × 24 × days)."""
     body = fetch("/plan", as_json, model_params=model, tokens=tokens, days=days, gpu_type=gpu_type, mfu=mfu,
-                 peak_tflops=peak_tflops, gpus_per_node=gpus_per_node)
+                 peak_tflops=peak_tflops, gpus_per_node=gpus_per_node,
+                 **shape_params(framework, precision, num_layers, hidden_size, num_heads, num_kv_heads,
+                                ffn_hidden_size, vocab_size, gated))
     if body is None:
         return
     booked = body.get("gpus_booked") or body["nodes"] * body["gpus_per_node"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import typer
 from rich.table import Table
 
@@ -10,16 +12,26 @@ from core.rules import config_label as _label
 from core.rules import effective_mfu as _mfu
 from service.cli import render
 from service.cli.base import (
+    FfnHiddenSizeOpt,
+    FrameworkOpt,
+    GatedOpt,
     GlobalBatchOpt,
     GpusPerNodeOpt,
     GpuTypeOpt,
+    HiddenSizeOpt,
     JsonOpt,
     ModelOpt,
     NodesOpt,
+    NumHeadsOpt,
+    NumKvHeadsOpt,
+    NumLayersOpt,
+    PrecisionOpt,
     SeqLenOpt,
+    VocabSizeOpt,
     app,
     console,
     fetch,
+    shape_params,
 )
 from service.cli.render import Col
 
@@ -127,49 +139,118 @@ def recommend(
     gpu_type: GpuTypeOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch_tokens: GlobalBatchOpt = None,
-    k: int = typer.Option(5, "-k", help="how many candidates"),
+    framework: FrameworkOpt = None,
+    precision: PrecisionOpt = None,
+    num_layers: NumLayersOpt = None,
+    hidden_size: HiddenSizeOpt = None,
+    num_heads: NumHeadsOpt = None,
+    num_kv_heads: NumKvHeadsOpt = None,
+    ffn_hidden_size: FfnHiddenSizeOpt = None,
+    vocab_size: VocabSizeOpt = None,
+    gated: GatedOpt = None,
+    k: int = typer.Option(5, "-k", help="how many runs measured on the target, and how many predictions"),
     metric: str = typer.Option("tokens_per_sec_per_gpu", help="tokens_per_sec_per_gpu | mfu"),
     as_json: JsonOpt = False,
 ) -> None:
-    """"What worked on N nodes for this model?" — configurations ranked by the throughput model's
-    prediction for the target; the evidence (recorded runs) beside it."""
+    """"What worked on N nodes for this model?" — first the runs measured on the target (the
+    heatmap's cell: every framework and precision), then predictions for the layouts not run there,
+    ranked by the throughput model for the target, with the evidence they rest on."""
     body = fetch("/recommend", as_json, model_params=model, nodes=nodes, gpus_per_node=gpus_per_node,
-                 gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, k=k, metric=metric)
+                 gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, k=k, metric=metric,
+                 **shape_params(framework, precision, num_layers, hidden_size, num_heads, num_kv_heads,
+                                ffn_hidden_size, vocab_size, gated))
     if body is None:
         return
     render_recommendation(body)
 
 
+def target_line(t: dict) -> str:
+    """'8.86B on 8 × 8 H100-SXM-80GB, seq 4,096, batch 1,048,576 tokens, nanotron, bf16'."""
+    size = render.size(t.get("model_size_class"))
+    if t.get("model_params"):
+        n = t["model_params"] / 1e9
+        size = f"{n:.3g}B" if n >= 1 else f"{n * 1000:.3g}M"
+    batch = f", batch {t['global_batch_tokens']:,} tokens" if t.get("global_batch_tokens") else ""
+    return (f"{size} on {t['nodes']} × {t['gpus_per_node']} {t['gpu_type']}, seq {t['seq_len']:,}{batch}"
+            + "".join(f", {t[f]}" for f in ("framework", "precision") if t.get(f)))
+
+
+def _wrap_label(cfg: dict) -> str:
+    """'DP32 TP2 PP1\nGAS8 Z1 MBS4' — the config label on two lines (the parallel degrees, then the batch)."""
+    label = _label(cfg)
+    cut = label.find(" GAS")
+    return label if cut < 0 else label[:cut] + "\n" + label[cut + 1:]
+
+
+def render_measured(body: dict) -> None:
+    """The runs measured on the target, best first, each labelled (exact size · framework · precision)."""
+    cell, runs = body.get("cell") or {}, body.get("measured_on_target") or []
+    if not cell:
+        console.print("[bold]measured on this target:[/] nothing")
+        return
+    console.print(f"[bold]measured on this target[/] ({cell['size']}): {cell['n_configurations']} configuration(s) "
+                  f"ran, {cell['n_oom']} OOM and {cell['n_failed']} other failed run(s)")
+    if not runs:
+        other = cell.get("success_at_other_seq_len") or {}
+        console.print("  none at this sequence length" + (
+            " (successful runs at seq " + ", ".join(f"{k}: {v}" for k, v in other.items()) + "; pass --seq-len)"
+            if other else ""))
+        return
+    cols = [Col("run", "right"), Col("model"), Col("config"), Col("tok/s/GPU", "right"), Col("MFU", "right", drop=2),
+            Col("memory model", drop=1)]
+    rows, disagree = [], False
+    for r in runs:
+        mem = r.get("memory") or {}
+        verdict = "not checked"
+        if mem:
+            disagree = disagree or bool(mem.get("disagrees"))
+            verdict = (f"{'no' if mem.get('disagrees') else 'fits'} "
+                       f"{mem['predicted_peak_memory_gib']:.0f} GiB{'!' if mem.get('disagrees') else ''}")
+        size_precision = r["label"].split(" · ")[0] + " · " + (r.get("precision") or "precision?")
+        model = size_precision + "\n" + textwrap.fill(r.get("framework") or "framework?", 16)
+        rows.append([f"#{r['run_id']}", model, _wrap_label(r["config"]), render.number(r.get("tokens_per_sec_per_gpu")),
+                     render.pct(r.get("mfu")), verdict])
+    render.table(console, cols, rows)
+    if disagree:
+        console.print("  !: the memory model says it does not fit, yet it ran: the record wins (see the notes)")
+    shown = len(runs)
+    if cell.get("n_configurations", 0) > shown:
+        console.print(f"  ({cell['n_configurations'] - shown} more: -k, or `scalebook heatmap` and the dashboard's "
+                      "cell drill-down)")
+
+
 def render_recommendation(body: dict) -> None:
-    """The /recommend answer as an 80-column table: prediction first, evidence beside it."""
+    """The /recommend answer at 80 columns: what was measured on the target, then the predictions
+    for the layouts not run there (prediction first, evidence beside it), then the notes."""
     t, m = body["target"], body["model"]
-    console.print(f"target: {t['model_size_class']:g}B on {t['nodes']} × {t['gpus_per_node']} {t['gpu_type']}, "
-                  f"seq {t['seq_len']}, batch {t['global_batch_tokens']:,} tokens")
+    console.print(f"target: {target_line(t)}")
+    render_measured(body)
     err, slow = m.get("loo_median_rel_err"), m.get("n_not_competitive")
-    console.print(f"model: {m['status']} on {m['n_runs']} runs of {m['framework']} on {m['gpu_type']}"
+    console.print("[bold]predicted for layouts not run here[/] — model: "
+                  f"{m['status']} on {m['n_runs']} runs of {m['framework']} on {m['gpu_type']}"
                   + (f", held-out error {100 * err:.0f}%" if err is not None else "")
                   + (f" ({slow} slow configurations not fitted)" if slow else ""))
+    if not body["candidates"]:
+        console.print("  no layout not run here is predicted to fit this target")
+    else:
+        table = Table(show_lines=True)
+        for col, max_width in (("#", None), ("config", 22), ("predicted tok/s/GPU", 16),
+                               ("MFU", None), ("mem GiB", None), ("evidence", 24)):
+            table.add_column(col, max_width=max_width)
+        for i, c in enumerate(body["candidates"], 1):
+            p = c["predicted"]
+            lo, hi = p["interval"]
+            pred = f"{p['tokens_per_sec_per_gpu']:,.0f}\n[{lo:,.0f}–{hi:,.0f}]"
+            if c.get("measured"):
+                pred += f"\nmeasured {c['measured']['tokens_per_sec_per_gpu']:,.0f}"
+            ev = []
+            for e in c["evidence"][:2]:
+                where = f"{e['model_size_class']:g}B×{e['nodes']}n"
+                if e["gpu_type"] != t["gpu_type"]:
+                    where += f" {e['gpu_type']}"
+                ev.append(f"#{e['run_id']} {where} d={e['distance']:.2f}")
+            table.add_row(str(i), _label(c["config"]), pred, f"{100 * p['mfu']:.1f}%", f"{p['peak_memory_gib']:.0f}",
+                          "\n".join(ev) or "–")
+        console.print(table)
     for note in body.get("notes", []):
         console.print(f"  note: {note}")
-    if not body["candidates"]:
-        console.print("no configuration is predicted to fit this target")
-        return
-    table = Table(show_lines=True)
-    for col, max_width in (("#", None), ("config", 22), ("predicted tok/s/GPU", 16),
-                           ("MFU", None), ("mem GiB", None), ("evidence", 24)):
-        table.add_column(col, max_width=max_width)
-    for i, c in enumerate(body["candidates"], 1):
-        p = c["predicted"]
-        lo, hi = p["interval"]
-        pred = f"{p['tokens_per_sec_per_gpu']:,.0f}\n[{lo:,.0f}–{hi:,.0f}]"
-        if c.get("measured"):
-            pred += f"\nmeasured {c['measured']['tokens_per_sec_per_gpu']:,.0f}"
-        ev = []
-        for e in c["evidence"][:2]:
-            where = f"{e['model_size_class']:g}B×{e['nodes']}n"
-            if e["gpu_type"] != t["gpu_type"]:
-                where += f" {e['gpu_type']}"
-            ev.append(f"#{e['run_id']} {where} d={e['distance']:.2f}")
-        table.add_row(str(i), _label(c["config"]), pred, f"{100 * p['mfu']:.1f}%", f"{p['peak_memory_gib']:.0f}",
-                      "\n".join(ev) or "–")
-    console.print(table)

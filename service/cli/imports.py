@@ -24,8 +24,9 @@ from typing import Any
 
 import typer
 
-from service.cli.base import Api, app, console, fail, print_json
+from service.cli.base import app, client, console, fail, print_json
 from service.cli.progress import QUIET, progress
+from service.client import ApiError, Client, ClientError
 
 import_app = typer.Typer(help="Import runs from files (sent through the API).", no_args_is_help=True)
 app.add_typer(import_app, name="import")
@@ -66,7 +67,7 @@ class ImportSummary:
 SHOWN_REJECTS = 10
 
 
-def send_records(api: Api, records: list[dict[str, Any]], origins: list[dict[str, Any]],
+def send_records(api: Client, records: list[dict[str, Any]], origins: list[dict[str, Any]],
                  summary: ImportSummary, quiet: bool = False) -> None:
     """POST records in batches; on 422/409 drop the named rows into `summary.rejected` and resend
     the rest, so one bad row never blocks a file. `origins[i]` describes record i (line, row).
@@ -95,25 +96,28 @@ def detail_reason(detail: dict[str, Any]) -> str:
     return f"{field} = {shown[:80]}{'…' if len(shown) > 80 else ''}: {message}"
 
 
-def _send_batches(api: Api, records: list[dict[str, Any]], origins: list[dict[str, Any]],
+def _send_batches(api: Client, records: list[dict[str, Any]], origins: list[dict[str, Any]],
                   summary: ImportSummary, advance) -> None:
     for start in range(0, len(records), BATCH):
         pending = list(range(start, min(start + BATCH, len(records))))
         while pending:
-            status, body = api.post("/runs", {"runs": [records[i] for i in pending]})
-            if status in (200, 201):
+            try:
+                body = api.post("/runs", {"runs": [records[i] for i in pending]})
+            except ApiError as exc:
+                refused = exc
+            except ClientError as exc:
+                fail(str(exc))
+            else:
                 summary.stored += body["created"]
                 summary.already_present += body["existing"]
                 summary.note_canonicalised(body.get("runs") or [])
                 break
-            details = body.get("error", {}).get("details", []) if isinstance(body, dict) else []
             bad: dict[int, list[str]] = {}
-            for d in details:
+            for d in refused.details:
                 if isinstance(d.get("index"), int) and 0 <= d["index"] < len(pending):
                     bad.setdefault(d["index"], []).append(detail_reason(d))
-            if status not in (409, 422) or not bad:
-                message = body.get("error", {}).get("message") if isinstance(body, dict) else body
-                fail(f"the API refused a batch (HTTP {status}): {message}")
+            if refused.status not in (409, 422) or not bad:
+                fail(f"the API refused a batch (HTTP {refused.status}): {refused.message}")
             for local, reasons in bad.items():
                 i = pending[local]
                 summary.rejected.append({**origins[i], "reason": "; ".join(reasons)})
@@ -203,7 +207,7 @@ def parse_map(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def import_parsed(kind: str, path: Path, api: Api, defaults: dict[str, Any], rejects: Path | None, *,
+def import_parsed(kind: str, path: Path, api: Client, defaults: dict[str, Any], rejects: Path | None, *,
                   extra_columns: bool = False, column_map: dict[str, str] | None = None,
                   quiet: bool = False) -> ImportSummary:
     """Parse `path` with the `kind` parser ("nanotron" | "table"), send it, write rejects.
@@ -232,7 +236,7 @@ def import_examples(data_dir: Path, url: str) -> list[ImportSummary]:
     $SCALEBOOK_DATA_DIR/rejects/<file>.rejects.csv."""
     from service.settings import get_settings
 
-    api = Api(url)
+    api = client(url)
     rejects_dir = get_settings().data_dir / "rejects"
     rejects_dir.mkdir(parents=True, exist_ok=True)
     summaries = []
@@ -285,7 +289,7 @@ def import_nanotron(file: Path = typer.Argument(..., exists=True, dir_okay=False
     """Import a nanotron benchmark CSV (Ultra-Scale Playbook sweep format, or current columns).
     The file does not say which GPU it ran on: --gpu-type is required (exit 1, nothing stored,
     without it)."""
-    finish(import_parsed("nanotron", file, Api(), {"gpu_type": gpu_type, "gpus_per_node": gpus_per_node,
+    finish(import_parsed("nanotron", file, client(), {"gpu_type": gpu_type, "gpus_per_node": gpus_per_node,
                                                    "framework": framework, "precision": precision}, rejects,
                          extra_columns=extra_columns, column_map=parse_map(column_map), quiet=quiet), as_json)
 
@@ -296,7 +300,7 @@ def import_table(file: Path = typer.Argument(..., exists=True, dir_okay=False), 
                  column_map: list[str] = _COLMAP, extra_columns: bool = _EXTRA_COLS,
                  as_json: bool = _JSON, quiet: bool = QUIET) -> None:
     """Import a published-results table in the common 33-column layout ("5,762", "41%", "1.7B")."""
-    finish(import_parsed("table", file, Api(), {"gpu_type": gpu_type, "gpus_per_node": gpus_per_node,
+    finish(import_parsed("table", file, client(), {"gpu_type": gpu_type, "gpus_per_node": gpus_per_node,
                                                 "framework": framework}, rejects,
                          extra_columns=extra_columns, column_map=parse_map(column_map), quiet=quiet), as_json)
 
@@ -321,7 +325,7 @@ def push(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSO
         records.append(item)
         origins.append({"line": line_no, "row": item})
     summary.read = len(records) + len(summary.rejected)
-    send_records(Api(), records, origins, summary, quiet=quiet)
+    send_records(client(), records, origins, summary, quiet=quiet)
     write_rejects(summary, rejects)
     finish(summary, as_json)
 
@@ -392,7 +396,7 @@ def import_runs(file: Path = typer.Argument(..., exists=True, dir_okay=False,
     summary = ImportSummary(file=str(file), read=len(result.records) + len(result.rejects))
     for r in result.rejects:
         summary.rejected.append({"line": r.line_no, "row": r.row, "reason": r.reason})
-    send_records(Api(), result.records, [{"line": line, "row": rec} for line, rec in zip(result.lines, result.records)],
-                 summary)
+    send_records(client(), result.records,
+                 [{"line": line, "row": rec} for line, rec in zip(result.lines, result.records)], summary)
     write_rejects(summary, rejects)
     finish(summary, as_json)

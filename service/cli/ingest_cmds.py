@@ -22,7 +22,7 @@ from typing import Any
 
 import typer
 
-from service.cli.base import Api, app, console, err_console, fail, print_json
+from service.cli.base import app, client, console, err_console, fail, print_json
 from service.cli.imports import (
     ImportSummary,
     default_rejects_path,
@@ -204,7 +204,7 @@ def import_log(
         record.setdefault("extra", {})["log_file"] = path.name
         records.append(record)
         origins.append({"line": str(path), "row": record})
-    send_records(Api(), records, origins, summary, quiet=quiet)
+    send_records(client(), records, origins, summary, quiet=quiet)
     write_rejects(summary, rejects or default_rejects_path(files[0].stem))
     finish(summary, as_json)
 
@@ -215,7 +215,7 @@ def _send_converted(label: str, converted, rejects: Path, as_json: bool, quiet: 
     for r in converted.rejected:
         summary.rejected.append({"line": r.ref, "row": r.row, "reason": r.reason})
     origins = [{"line": ref, "row": rec} for ref, rec in zip(converted.refs, converted.records)]
-    send_records(Api(), converted.records, origins, summary, quiet=quiet)
+    send_records(client(), converted.records, origins, summary, quiet=quiet)
     write_rejects(summary, rejects)
     finish(summary, as_json)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -14,49 +15,58 @@ from rich.table import Table
 
 from core.rules import config_label
 from service.cli.base import (
-    Api,
-    ApiError,
+    FfnHiddenSizeOpt,
+    FrameworkOpt,
+    GatedOpt,
     GlobalBatchOpt,
     GpusPerNodeOpt,
     GpuTypeOpt,
+    HiddenSizeOpt,
     JsonOpt,
     ModelOpt,
     NodesOpt,
+    NumHeadsOpt,
+    NumKvHeadsOpt,
+    NumLayersOpt,
+    PrecisionOpt,
     SeqLenOpt,
+    VocabSizeOpt,
     app,
+    call,
+    client,
     console,
     err_console,
     fail,
     fetch,
     print_json,
+    shape_params,
 )
+from service.client import ClientError
 
 
-def _selection(ids: list[int] | None, where: list[str] | None) -> dict[str, Any]:
-    """--id N (repeatable) and --where key=value (repeatable; the value is read as JSON when it
-    parses — false, 2, "x" — else kept as text): the request's ids and filter."""
-    body: dict[str, Any] = {}
-    if ids:
-        body["ids"] = ids
-    if where:
-        filt: dict[str, Any] = {}
-        for item in where:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                fail(f"--where {item!r}: expected key=value, e.g. extra.after_pp_fix=false or pp_min=2")
-            try:
-                filt[key] = json.loads(value)
-            except ValueError:
-                filt[key] = value
-        body["filter"] = filt
-    return body
+def _filter(where: list[str] | None) -> dict[str, Any] | None:
+    """--where key=value (repeatable; the value is read as JSON when it parses — false, 2, "x" —
+    else kept as text): the request's filter, None without --where."""
+    if not where:
+        return None
+    filt: dict[str, Any] = {}
+    for item in where:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"--where {item!r}: expected key=value, e.g. extra.after_pp_fix=false or pp_min=2")
+        try:
+            filt[key] = json.loads(value)
+        except ValueError:
+            filt[key] = value
+    return filt
 
 
-def _send(path: str, body: dict[str, Any], as_json: bool) -> None:
-    status, answer = Api().post(path, body)
-    if status >= 400:
-        err = ApiError(status, answer)
-        fail(str(err))
+def _send(change: Callable[[], Any], as_json: bool) -> None:
+    """Run a retire/unretire call of the client; exit 1 with its message when it fails."""
+    try:
+        answer = change()
+    except (ValueError, ClientError) as exc:
+        fail(str(exc))
     if as_json:
         print_json(answer)
     else:
@@ -74,7 +84,7 @@ def retire(
 ) -> None:
     """Retire runs: kept and queryable, but left out of every analytic (heatmap, recommend,
     suggest, scaling, plan, regressions, the throughput model's fit)."""
-    _send("/runs/retire", {**_selection(ids, where), "reason": reason}, as_json)
+    _send(lambda: client().retire(reason, ids, _filter(where)), as_json)
 
 
 @app.command()
@@ -84,7 +94,7 @@ def unretire(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Bring retired runs back into the analytics."""
-    _send("/runs/unretire", _selection(ids, where), as_json)
+    _send(lambda: client().unretire(ids, _filter(where)), as_json)
 
 
 def _ids_text(ids: list[int], shown: int = 20) -> str:
@@ -103,13 +113,10 @@ def delete(
     """Delete runs for good (needs an admin token): they leave every answer and SQL, and cannot be
     brought back. Says how many runs match and asks before deleting (--yes skips the question).
     To keep runs but leave them out of the analytics, use `scalebook retire` instead."""
-    selection = _selection(ids, where)
+    selection: dict[str, Any] = {k: v for k, v in (("ids", ids or None), ("filter", _filter(where))) if v}
     if not selection:
         fail("say which runs: --id N or --where key=value (deleting every run is not possible)", code=2)
-    api = Api()
-    status, preview = api.post("/runs/delete", {**selection, "dry_run": True})
-    if status >= 400:
-        fail(str(ApiError(status, preview)))
+    preview = call("POST", "/runs/delete", json={**selection, "dry_run": True})
     matched: list[int] = preview["ids"]
     if dry_run or not matched:
         if as_json:
@@ -125,9 +132,7 @@ def delete(
             err_console.print("nothing deleted")
             raise typer.Exit(1)
     # exactly the runs the user was shown (and that still match): nothing stored meanwhile goes
-    status, answer = api.post("/runs/delete", {**selection, "ids": matched})
-    if status >= 400:
-        fail(str(ApiError(status, answer)))
+    answer = call("POST", "/runs/delete", json={**selection, "ids": matched})
     if as_json:
         print_json(answer)
     else:
@@ -142,6 +147,15 @@ def suggest(
     gpu_type: GpuTypeOpt = None,
     seq_len: SeqLenOpt = None,
     global_batch_tokens: GlobalBatchOpt = None,
+    framework: FrameworkOpt = None,
+    precision: PrecisionOpt = None,
+    num_layers: NumLayersOpt = None,
+    hidden_size: HiddenSizeOpt = None,
+    num_heads: NumHeadsOpt = None,
+    num_kv_heads: NumKvHeadsOpt = None,
+    ffn_hidden_size: FfnHiddenSizeOpt = None,
+    vocab_size: VocabSizeOpt = None,
+    gated: GatedOpt = None,
     n: int = typer.Option(5, "-n", help="how many configurations"),
     as_json: JsonOpt = False,
     fmt: str = typer.Option("table", "--format", help="table | csv (one config per line, for a sweep launcher)"),
@@ -151,7 +165,9 @@ def suggest(
     if fmt not in ("table", "csv"):
         fail(f"--format {fmt!r}: table or csv")
     body = fetch("/suggest", as_json, model_params=model, nodes=nodes, gpus_per_node=gpus_per_node,
-                 gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, n=n)
+                 gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens, n=n,
+                 **shape_params(framework, precision, num_layers, hidden_size, num_heads, num_kv_heads,
+                                ffn_hidden_size, vocab_size, gated))
     if body is None:
         return
     if fmt == "csv":

@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from service.cli.base import Api, ApiError, app, console, err_console, fail, print_json
+from service.cli.base import app, call, console, err_console, fail, print_json
 from service.cli.progress import QUIET, progress
 
 token_app = typer.Typer(help="API tokens: create (shown once), list, revoke.", no_args_is_help=True)
@@ -60,13 +60,6 @@ def _token_dict(row: Any, plain: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _api_call(method: str, path: str, **kwargs: Any) -> Any:
-    status, body = Api().request(method, path, **kwargs)
-    if status >= 400:
-        fail(str(ApiError(status, body)))
-    return body
-
-
 @token_app.command("create")
 def token_create(
     scope: str = typer.Option(..., "--scope", help="read | write | admin"),
@@ -93,7 +86,7 @@ def token_create(
         finally:
             db.dispose()
     else:
-        body = _api_call("POST", "/tokens", json={"name": name, "scope": scope})
+        body = call("POST", "/tokens", json={"name": name, "scope": scope})
     if as_json:
         print_json(body)
         return
@@ -115,7 +108,7 @@ def token_list(direct: bool = _DIRECT, as_json: bool = _JSON) -> None:
         finally:
             db.dispose()
     else:
-        tokens = _api_call("GET", "/tokens")["tokens"]
+        tokens = call("GET", "/tokens")["tokens"]
     if as_json:
         print_json(tokens)
         return
@@ -148,7 +141,7 @@ def token_revoke(token_id: int = typer.Argument(..., help="the token's id (see `
         finally:
             db.dispose()
     else:
-        body = _api_call("DELETE", f"/tokens/{token_id}")
+        body = call("DELETE", f"/tokens/{token_id}")
     if as_json:
         print_json(body)
         return
@@ -175,10 +168,7 @@ def bench(
     ingest_batch_runs_per_s, ingest_single_post_p50_ms, ingest_single_post_p99_ms, heatmap_ms,
     recommend_ms (plus details). Exits 1 when the server cannot be started.
     """
-    try:
-        from bench import benchtool  # the benchmark driver lives in bench/, beside the service
-    except ImportError:
-        fail("the benchmark driver (bench/benchtool.py) is not installed here: run from a scalebook checkout")
+    from service.cli import benchmark as benchtool
 
     if backend in ("postgresql", "pg"):
         backend = "postgres"

@@ -24,6 +24,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from core.families import size_label
+
 #: columns never get narrower than this when they wrap (a 3-letter header stays whole)
 MIN_WRAP_WIDTH = 8
 #: a header longer than this folds (``tokens_per_sec_per_gpu`` → two lines)
@@ -119,14 +121,10 @@ def pct(fraction: Any, digits: int = 1) -> str:
 
 
 def size(billions: Any) -> str:
-    """Model size class in billions: 1.3 → "1.3B", 1200 → "1.2T", 0.12 → "120M"."""
+    """Model size class in billions (core.families.size_label: 1.3 → "1.3B", 0.12 → "120M"); "—" when missing."""
     if not isinstance(billions, (int, float)):
         return "—"
-    if billions >= 1000:
-        return f"{billions / 1000:g}T"
-    if billions < 1:
-        return f"{billions * 1000:g}M"
-    return f"{billions:g}B"
+    return size_label(billions)
 
 
 def si(n: Any) -> str:

@@ -15,7 +15,7 @@ import typer
 
 from core.rules import config_label, effective_mfu
 from service.cli import render
-from service.cli.base import Api, ApiError, app, console, err_console, fail, fetch
+from service.cli.base import app, call, console, err_console, fail, fetch
 from service.cli.progress import QUIET, progress
 from service.cli.render import Col
 
@@ -103,15 +103,12 @@ class ExportFormat(StrEnum):
 
 def fetch_all(params: dict[str, Any], *, page_size: int = 1000, quiet: bool = False) -> list[dict[str, Any]]:
     """Every run matching `params`, following GET /runs' cursor (oldest first: ids ascending)."""
-    api = Api()
     out: list[dict[str, Any]] = []
     cursor = None
     with progress("exporting runs", total=None, quiet=quiet) as bar:
         while True:
-            try:
-                page = api.get("/runs", **params, sort="id", limit=page_size, cursor=cursor)
-            except ApiError as exc:
-                fail(str(exc))
+            page = call("GET", "/runs", params={k: v for k, v in {**params, "sort": "id", "limit": page_size,
+                                                                  "cursor": cursor}.items() if v is not None})
             out.extend(page["runs"])
             bar.update(len(out), total=page.get("total"))
             cursor = page.get("next_cursor")

@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import typer
 
-from service.cli.base import api_url, app, console, fail
+from service.cli.base import app, console, fail
+from service.client import api_url
 from service.settings import get_settings, is_loopback
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,5 @@
 """`scalebook bench`: realistic synthetic runs, ingested through a real `scalebook serve`, timed.
+(The generator also feeds the migration and fuzz tests and the bench/ scripts; nothing here imports bench/.)
 
 Generator. Templates are the real published rows in examples/data (nanotron sweep + published
 tables), parsed by the ingest parsers and kept when the server's validation accepts them. Each
@@ -49,7 +50,7 @@ from typing import Any
 import httpx
 
 BATCH = 1000
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: status mix of synthetic runs whose template succeeded (the published data: 84 % success,
 #: 10 % OOM, 6 % other failures; NCCL errors and timeouts split out of "other").
@@ -76,10 +77,13 @@ class BenchError(Exception):
 
 
 def example_data_dir() -> Path:
-    for candidate in (REPO_ROOT / "examples" / "data", Path.cwd() / "examples" / "data"):
-        if candidate.is_dir():
-            return candidate
-    raise BenchError("examples/data not found: run from a scalebook checkout")
+    """examples/data (service.cli.server.example_data_dir); BenchError when it is not there."""
+    from service.cli.server import example_data_dir as examples
+
+    try:
+        return examples()
+    except FileNotFoundError as exc:
+        raise BenchError(str(exc)) from None
 
 
 # -- generator -------------------------------------------------------------------------------

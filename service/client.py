@@ -1,13 +1,15 @@
-"""HTTP client of the scalebook API for the dashboard (no Streamlit here).
+"""The HTTP client of the scalebook API for the CLI and the dashboard (httpx; imports nothing else of
+service, so the dashboard can use it without the server's dependencies).
 
-The dashboard reads only through the API, so it behaves the same on DuckDB and PostgreSQL and
-never opens the database file that the API process owns. Configuration comes from the
-environment, like the CLI:
+The training side has its own client, ingest/client.py: standard library only (training
+environments are fragile), with retries, a spool and exactly-once replays — a push must never fail
+a job, where a CLI command or a page should fail at once and say why. Both read the same
+configuration (ingest.client.api_url / api_token):
 
 - ``SCALEBOOK_API_URL`` (default ``http://127.0.0.1:8000``): where the API is served;
 - ``SCALEBOOK_TOKEN``: sent as ``Authorization: Bearer <token>`` when set.
 
-Failures become three exceptions with messages a user can act on:
+Failures become three exceptions (base :class:`ClientError`) with messages a user can act on:
 
 - :class:`ApiDown`: nothing answers at the URL (connection refused, DNS, timeout);
 - :class:`Unauthorized`: 401/403 (the server has tokens and ours is missing, unknown or too weak);
@@ -17,7 +19,6 @@ Failures become three exceptions with messages a user can act on:
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import OrderedDict
 from datetime import date, datetime
@@ -25,48 +26,41 @@ from typing import Any
 
 import httpx
 
-DEFAULT_API_URL = "http://127.0.0.1:8000"
+from ingest.client import DEFAULT_API_URL, api_token, api_url
+
+__all__ = ["API_PREFIX", "DEFAULT_API_URL", "ApiDown", "ApiError", "Client", "ClientError", "Unauthorized",
+           "api_token", "api_url", "clean_params"]
+
 API_PREFIX = "/api/v1"
 
 
-def api_url() -> str:
-    """The API base URL: SCALEBOOK_API_URL or http://127.0.0.1:8000, without a trailing slash."""
-    return (os.environ.get("SCALEBOOK_API_URL") or DEFAULT_API_URL).rstrip("/")
-
-
-def api_token() -> str | None:
-    """SCALEBOOK_TOKEN, or None when unset or empty."""
-    return os.environ.get("SCALEBOOK_TOKEN") or None
-
-
-class DashboardApiError(Exception):
+class ClientError(Exception):
     """Base class of the client's errors; ``str(exc)`` is the message to show the user."""
 
 
-class ApiDown(DashboardApiError):
+class ApiDown(ClientError):
     """The API is not reachable at the configured URL."""
 
     def __init__(self, url: str, reason: str = ""):
         self.url = url
         self.reason = reason
-        super().__init__(f"the scalebook API at {url} is not reachable — start it with `scalebook serve` "
-                         f"(or point SCALEBOOK_API_URL at a running one){f' [{reason}]' if reason else ''}")
+        super().__init__(f"cannot reach the scalebook API at {url}{f' ({reason})' if reason else ''}: start it with "
+                         "`scalebook serve` or point SCALEBOOK_API_URL at a running one")
 
 
-class Unauthorized(DashboardApiError):
+class Unauthorized(ClientError):
     """401 or 403: a token is needed, unknown, revoked or of too small a scope."""
 
     def __init__(self, status: int, message: str):
         self.status = status
         self.message = message
-        hint = ("set SCALEBOOK_TOKEN to an API token (create one with `scalebook token create --scope read`) "
-                "and restart the dashboard")
+        hint = "set SCALEBOOK_TOKEN to an API token (create one with `scalebook token create --scope read`)"
         if status == 403:
-            hint = "set SCALEBOOK_TOKEN to a token with a larger scope and restart the dashboard"
+            hint = "set SCALEBOOK_TOKEN to a token with a larger scope"
         super().__init__(f"the API refused the request (HTTP {status}: {message}): {hint}")
 
 
-class ApiError(DashboardApiError):
+class ApiError(ClientError):
     """An error answer other than 401/403, with the fields of the API's error body."""
 
     def __init__(self, status: int, code: str, message: str, details: list[dict[str, Any]] | None = None,
@@ -97,12 +91,14 @@ def clean_params(params: dict[str, Any]) -> dict[str, Any]:
     return {k: _param(v) for k, v in params.items() if v is not None and v != ""}
 
 
-def _error_from(resp: httpx.Response, path: str) -> DashboardApiError:
+def _error_from(resp: httpx.Response, path: str) -> ClientError:
     try:
         body = resp.json()
     except ValueError:
         body = None
-    err = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), dict) else {}
+    err: dict[str, Any] = {}
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        err = body["error"]
     message = err.get("message") or (resp.text[:300] if resp.text else resp.reason_phrase)
     if resp.status_code in (401, 403):
         return Unauthorized(resp.status_code, message)
@@ -167,29 +163,28 @@ class Client:
         """GET /health: {"status", "backend", "schema_revision", "runs", "version"} (no token needed)."""
         return self.get("/health")
 
+    def retire(self, reason: str, ids: list[int] | None = None, filter: dict[str, Any] | None = None) -> Any:
+        """Take runs out of every analytic: ``POST /runs/retire {"ids"?, "filter"?, "reason"}`` (a
+        write token) -> ``{"changed", "ids"}``. A retired run stays stored and listed. Raises
+        ValueError for no selection or an empty reason; ApiError (404 unknown id, 400 bad filter),
+        Unauthorized or ApiDown."""
+        if not reason.strip():
+            raise ValueError("a reason is required to retire runs")
+        return self.post("/runs/retire", {**_selection(ids, filter), "reason": reason.strip()})
 
-#: the write endpoints of retiring (the `model` helper's API); the one place to adjust their shape
-RETIRE_PATH = "/runs/retire"
-UNRETIRE_PATH = "/runs/unretire"
-
-
-def retire_runs(ids: list[int], reason: str, token: str | None = None) -> Any:
-    """Retire runs: ``POST /api/v1/runs/retire {"ids": [...], "reason": "..."}`` (a write token).
-
-    A retired run stays stored and visible in the Runs page, but the heatmap, recommendations and
-    fits leave it out. ``token`` overrides SCALEBOOK_TOKEN for this one request (a write token typed
-    into the page). Raises ApiError (e.g. 404 for an unknown id, 400 for an empty reason),
-    Unauthorized (401/403 without a write token) or ApiDown."""
-    if not ids:
-        raise ValueError("no run ids to retire")
-    if not reason.strip():
-        raise ValueError("a reason is required to retire runs")
-    return Client(token=token).post(RETIRE_PATH, {"ids": [int(i) for i in ids], "reason": reason.strip()})
+    def unretire(self, ids: list[int] | None = None, filter: dict[str, Any] | None = None) -> Any:
+        """Put retired runs back: ``POST /runs/unretire {"ids"?, "filter"?}`` (a write token) ->
+        ``{"changed", "ids"}``; errors as :meth:`retire`."""
+        return self.post("/runs/unretire", _selection(ids, filter))
 
 
-def unretire_runs(ids: list[int], token: str | None = None) -> Any:
-    """Un-retire runs: ``POST /api/v1/runs/unretire {"ids": [...]}`` (a write token); errors as
-    :func:`retire_runs`."""
-    if not ids:
-        raise ValueError("no run ids to un-retire")
-    return Client(token=token).post(UNRETIRE_PATH, {"ids": [int(i) for i in ids]})
+def _selection(ids: list[int] | None, filter: dict[str, Any] | None) -> dict[str, Any]:
+    """The runs a retire/unretire request names: ids and/or a filter (ValueError when neither)."""
+    if not ids and not filter:
+        raise ValueError("no runs selected: give run ids or a filter")
+    body: dict[str, Any] = {}
+    if ids:
+        body["ids"] = [int(i) for i in ids]
+    if filter:
+        body["filter"] = filter
+    return body
