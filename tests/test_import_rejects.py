@@ -96,7 +96,7 @@ def test_push_of_malformed_json_is_one_clear_error(live_api, data_dir_env, tmp_p
     empty = tmp_path / "empty.json"
     empty.write_text("[]")
     out = runner.invoke(app, ["push", str(empty)])
-    assert out.exit_code == 1 and "holds no run record" in out.output
+    assert out.exit_code == 1 and "holds no run record" in " ".join(out.output.split())
     assert httpx.get(f"{live_api}/api/v1/runs").json()["total"] == 0
 
     # JSONL with one broken line: the good lines are stored, the broken one is a reject with its line
