@@ -36,14 +36,26 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--nodes", type=int, help="hold out every run at this node count")
     group.add_argument("--size", type=float, help="hold out every run of this model size (billions, e.g. 8.86)")
+    group.add_argument("--above-nodes", type=int,
+                       help="hold out every run on more than this many nodes (fit on the small scales, "
+                            "recommend for every larger one)")
     args = parser.parse_args(argv)
     records = load()
-    held = (lambda c: c[1] == args.nodes) if args.nodes else (lambda c: c[0] == args.size)
+    if args.above_nodes:
+        def held(c: tuple[float, int]) -> bool:
+            return c[1] > args.above_nodes
+    elif args.nodes:
+        def held(c: tuple[float, int]) -> bool:
+            return c[1] == args.nodes
+    else:
+        def held(c: tuple[float, int]) -> bool:
+            return c[0] == args.size
     cells = sorted({cell_of(r) for r in records if held(cell_of(r))})
     if not cells:
         raise SystemExit("no cell matches")
     commit = benchtool.commit()
-    what = f"nodes {args.nodes}" if args.nodes else f"size {args.size}B"
+    what = (f"nodes > {args.above_nodes}" if args.above_nodes else f"nodes {args.nodes}" if args.nodes
+            else f"size {args.size}B")
     print(f"commit {commit}; held out: {what}\n")
     print("| cell | best tok/s | ranking | top-1 | status | regret | pred | pred err |")
     print("|---|---|---|---|---|---|---|---|")

@@ -265,6 +265,45 @@ def canonical_gpu_type(gpu_type: str | None) -> str | None:
     return acc.name if acc else None
 
 
+#: HBM bandwidth per accelerator, TB/s (10^12 bytes/s), with its source: the speed of the memory-bound
+#: work of a training step (elementwise kernels, unfused attention softmax, the optimizer update) in
+#: the throughput model (service/analytics/throughput_terms.py)
+HBM: dict[str, tuple[float, str]] = {
+    "GB300": (8.0, "GB300 NVL72 datasheet: 576 TB/s HBM3e per 72 GPUs"),
+    "GB200": (8.0, "GB200 NVL72 datasheet: 576 TB/s HBM3e per 72 GPUs"),
+    "B300": (8.0, "HGX B300 datasheet: 8 TB/s HBM3e per GPU"),
+    "B200": (8.0, "HGX B200 / DGX B200 datasheet: 8 TB/s HBM3e per GPU"),
+    "GH200-144GB": (4.9, "GH200 datasheet: 144 GB HBM3e, 4.9 TB/s"),
+    "GH200": (4.0, "GH200 datasheet: 96 GB HBM3, 4 TB/s"),
+    "H200-SXM-141GB": (4.8, "H200 datasheet: 141 GB HBM3e, 4.8 TB/s"),
+    "H100-PCIe-80GB": (2.0, "H100 PCIe datasheet: 80 GB HBM2e, 2 TB/s"),
+    "H100-NVL-94GB": (3.9, "H100 NVL datasheet: 94 GB HBM3, 3.9 TB/s"),
+    "H100-SXM-96GB-HBM2e": (2.4, "not published: the H100 PCIe's HBM2e figure (2 TB/s for 5 stacks, 80 GB) scaled "
+                            "to 6 stacks (96 GB), 2.4 TB/s"),
+    "H100-SXM-80GB": (3.35, "H100 datasheet: SXM 80 GB HBM3, 3.35 TB/s"),
+    "A100-SXM-40GB": (1.555, "A100 datasheet: 40 GB HBM2, 1,555 GB/s"),
+    "A100-SXM-80GB": (2.039, "A100 datasheet: SXM 80 GB HBM2e, 2,039 GB/s"),
+    "V100-SXM2-32GB": (0.9, "V100 datasheet: 900 GB/s HBM2"),
+    "V100-SXM2-16GB": (0.9, "V100 datasheet: 900 GB/s HBM2"),
+    "V100-PCIe-32GB": (0.9, "V100 datasheet: 900 GB/s HBM2"),
+    "V100-PCIe-16GB": (0.9, "V100 datasheet: 900 GB/s HBM2"),
+    "L40S": (0.864, "L40S datasheet: 48 GB GDDR6, 864 GB/s"),
+    "MI300X": (5.3, "MI300X datasheet: 192 GB HBM3, 5.3 TB/s"),
+    "MI250X": (3.2768, "MI250X datasheet: 128 GB HBM2e, 3.2768 TB/s"),
+    "TPU-v5p": (2.765, "Cloud TPU v5p documentation: 95 GiB HBM2e, 2,765 GB/s per chip"),
+    "TPU-v5e": (0.819, "Cloud TPU v5e documentation: 16 GiB HBM2, 819 GB/s per chip"),
+}
+
+
+def hbm_bytes_per_s(gpu_type: str | None) -> float:
+    """HBM bandwidth of an accelerator in bytes/s (HBM). Raises ValueError naming gpu_type when the
+    catalog does not know it."""
+    acc = lookup(gpu_type)
+    if acc is None or acc.name not in HBM:
+        raise ValueError(f"gpu_type: {gpu_type!r} has no HBM bandwidth in the hardware catalog")
+    return HBM[acc.name][0] * 1e12
+
+
 def peak_tflops(gpu_type: str | None, precision: str | None) -> float | None:
     """Dense peak TFLOP/s of one accelerator at a precision (bf16, fp16, fp8, fp4, tf32, fp32, or
     the strings frameworks write for them: canonical_precision).

@@ -79,8 +79,9 @@ def is_moe(row: Mapping[str, Any], extra: Mapping[str, Any]) -> bool:
 
 @dataclass
 class ModelShape:
-    """A Llama-style decoder: hidden size h, layers, attention heads and KV heads, SwiGLU FFN width,
-    vocabulary, and whether the lm_head shares the embedding's weights (tied)."""
+    """A decoder-only transformer: hidden size h, layers, attention heads and KV heads, FFN width,
+    vocabulary, whether the lm_head shares the embedding's weights (tied), and whether the MLP is
+    gated (SwiGLU/GeGLU, three matrices, as Llama's) or plain (GPT's GELU, two)."""
 
     h: int
     layers: int
@@ -89,15 +90,23 @@ class ModelShape:
     ffn: int
     vocab: int
     tied: bool
+    gated: bool = True
 
     @property
     def head_dim(self) -> int:
         return self.h // self.heads
 
+    @property
+    def mlp_matrices(self) -> int:
+        """3 for a gated MLP (gate, up, down: Shazeer 2020, "GLU Variants Improve Transformer", arXiv
+        2002.05202), 2 for a plain one (up, down: GPT-2, Radford et al. 2019); Megatron-Core's
+        `gated_linear_unit`."""
+        return 3 if self.gated else 2
+
     def layer_params(self) -> int:
-        """One block: q,o (h·h each), k,v (h·kv·d each), SwiGLU gate/up/down (3·h·ffn), 2 RMSNorms."""
+        """One block: q,o (h·h each), k,v (h·kv·d each), the MLP (mlp_matrices·h·ffn), 2 norms."""
         qd, kvd = self.heads * self.head_dim, self.kv * self.head_dim
-        return 2 * self.h * qd + 2 * self.h * kvd + 3 * self.h * self.ffn + 2 * self.h
+        return 2 * self.h * qd + 2 * self.h * kvd + self.mlp_matrices * self.h * self.ffn + 2 * self.h
 
     def total_params(self) -> int:
         """THE parameter count from dims: L blocks + embedding (and an untied lm_head) + the final norm."""
@@ -116,11 +125,12 @@ def assume(value: Any, default: Any, notes: list[str], note: str) -> Any:
 
 def resolve_shape(run: Run, notes: list[str]) -> ModelShape:
     """The model dims of a run record (hidden_size, num_layers, num_heads, num_kv_heads,
-    ffn_hidden_size, vocab_size, model_params; extra.tie_word_embeddings), each missing one assumed or
-    inferred from model_params and said in `notes`: vocab 128,256 (Llama-3); tied embeddings up to
-    4B parameters; h from L (or L from h) by N ≈ 12·L·h² + V·h (Ultra-Scale Playbook: ~12h² per
-    block), both by the Llama aspect ratio h ≈ 128·L; head_dim 128; no GQA; the FFN width solved from
-    model_params (rounded to 256), else SwiGLU's 8h/3 rounded up to 256.
+    ffn_hidden_size, vocab_size, gated_linear_unit, model_params; extra.tie_word_embeddings), each
+    missing one assumed or inferred from model_params and said in `notes`: vocab 128,256 (Llama-3);
+    tied embeddings up to 4B parameters; a gated MLP (Llama's SwiGLU); h from L (or L from h) by
+    N ≈ 12·L·h² + V·h (Ultra-Scale Playbook: ~12h² per block), both by the Llama aspect ratio
+    h ≈ 128·L; head_dim 128; no GQA; the FFN width solved from model_params (rounded to 256), else
+    SwiGLU's 8h/3 rounded up to 256 (GPT's 4h for a plain MLP).
 
     Raises ValueError naming the field when a value is not a positive number, or when model_params
     is needed (hidden_size or num_layers missing) and absent."""
@@ -137,15 +147,20 @@ def resolve_shape(run: Run, notes: list[str]) -> ModelShape:
     heads = assume(positive_int_field(run, "num_heads"), max(1, h // 128), notes, "num_heads=h/128 (head_dim 128)")
     kv = assume(positive_int_field(run, "num_kv_heads"), heads, notes, "num_kv_heads=num_heads (no GQA)")
     ffn = positive_int_field(run, "ffn_hidden_size")
-    shape = ModelShape(h, layers, heads, kv, 0, vocab, tied)
+    gated = assume(flag_field(run, "gated_linear_unit"), True, notes,
+                   "gated_linear_unit=true (not reported: a gated MLP of three matrices, as Llama's SwiGLU)")
+    shape = ModelShape(h, layers, heads, kv, 0, vocab, tied, gated)
     if ffn is None:
-        if n is not None:  # solve N = L·(attn + 3·h·ffn + 2h) + emb + h for ffn, round to 256
+        if n is not None:  # solve N = L·(attn + k·h·ffn + 2h) + emb + h for ffn (k MLP matrices), round to 256
             rest = (n - shape.total_params()) / layers
-            ffn = max(256, int(round(rest / (3 * h) / 256)) * 256)
+            ffn = max(256, int(round(rest / (shape.mlp_matrices * h) / 256)) * 256)
             notes.append(f"ffn_hidden_size={ffn} inferred from model_params")
-        else:
+        elif gated:
             ffn = int(math.ceil(8 * h / 3 / 256)) * 256
             notes.append(f"ffn_hidden_size={ffn} (SwiGLU 8h/3)")
+        else:
+            ffn = 4 * h
+            notes.append(f"ffn_hidden_size={ffn} (GPT's 4h)")
     shape.ffn = ffn
     if n is not None and abs(shape.total_params() - n) > 0.05 * n:
         notes.append(f"dims give {shape.total_params():,} params vs model_params {n:,}; dims used")
@@ -191,7 +206,7 @@ def stage_split(shape: ModelShape, pp: int, balanced: bool) -> tuple[list[int], 
     """(decoder layers per pipeline stage, the 0-based stage that holds the lm_head).
 
     balanced (nanotron's build_model): blocks are walked in order, the lm_head counts V·h against a
-    layer's 4·a·d·h + 3·ffn·h, and a stage is closed once the cumulative cost reaches its share
+    layer's 4·a·d·h + k·ffn·h (k MLP matrices), and a stage is closed once the cumulative cost reaches its share
     cost·(r+1)/pp — which reproduces the sweep's "Local Params" (10/5/3 first-stage layers for pp
     2/4/8 on the 1.34B model). The lm_head lands on the stage the walk has reached after the last
     decoder layer — not the last one when the split leaves trailing stages without layers (1.34B
@@ -203,7 +218,7 @@ def stage_split(shape: ModelShape, pp: int, balanced: bool) -> tuple[list[int], 
     if not balanced:
         base, extra_layers = divmod(shape.layers, pp)
         return [base + (1 if r < extra_layers else 0) for r in range(pp)], pp - 1
-    c = 4 * shape.heads * shape.head_dim * shape.h + 3 * shape.ffn * shape.h
+    c = 4 * shape.heads * shape.head_dim * shape.h + shape.mlp_matrices * shape.ffn * shape.h
     total = shape.layers * c + shape.vocab * shape.h
     counts, rank, cum = [0] * pp, 0, 0
     for _ in range(shape.layers):

@@ -40,8 +40,8 @@ ERROR_CLASSES = (
     "unknown",
 )
 
-#: Fields a client reports, in wire order. Types: s=str, i=int, f=float, t=ISO-8601 timestamp,
-#: j=JSON object.
+#: Fields a client reports, in wire order. Types: s=str, i=int, f=float, b=bool (parse_bool),
+#: t=ISO-8601 timestamp, j=JSON object.
 REPORTED_FIELDS: dict[str, str] = {
     "run_key": "s",
     "name": "s",
@@ -55,6 +55,7 @@ REPORTED_FIELDS: dict[str, str] = {
     "num_kv_heads": "i",
     "ffn_hidden_size": "i",
     "vocab_size": "i",
+    "gated_linear_unit": "b",  # the MLP: gated (SwiGLU/GeGLU, 3 matrices) or plain (GPT's GELU, 2)
     "seq_len": "i",
     "gpu_type": "s",
     "gpus_per_node": "i",
@@ -215,6 +216,23 @@ def positive_int_field(run: Mapping[str, Any], key: str) -> int | None:
     if number <= 0:
         raise ValueError(f"{key}: must be positive, got {found!r}")
     return number
+
+
+#: how true and false are written in CSV cells, logs, configs and command lines
+TRUE_WORDS = ("true", "t", "yes", "y", "1", "on")
+FALSE_WORDS = ("false", "f", "no", "n", "0", "off")
+
+
+def parse_bool(field: str, value: Any) -> bool:
+    """A boolean field's value as written (True/False, 1/0, 'true'/'false', 'yes'/'no', 'on'/'off',
+    any case). Raises ValueError naming the field and the value for anything else (2, 'maybe')."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in TRUE_WORDS + FALSE_WORDS:
+        return value.strip().lower() in TRUE_WORDS
+    raise ValueError(f"{field}: {value!r} is not true or false")
 
 
 def flag_field(run: Mapping[str, Any], key: str) -> bool | None:

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.record import REPORTED_FIELDS
+from core.record import REPORTED_FIELDS, parse_bool
 
 SOURCES = ("metric", "param", "tag", "column")
 STATE_STATUS = {"finished": "success", "failed": "failed", "killed": "failed", "crashed": "failed"}
@@ -182,6 +182,8 @@ def convert(field_name: str, raw: Any, scale: float | None = None) -> Any:
                 raise ValueError(f"{field_name}: {raw!r} is not an integer")
             return int(round(number))
         return number
+    if kind == "b":
+        return parse_bool(field_name, raw)
     if kind == "j":
         if isinstance(raw, str):
             try:

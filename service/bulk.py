@@ -42,6 +42,8 @@ def _arrow_type(col: Any) -> pa.DataType:
         return pa.float64()
     if isinstance(t, sa.DateTime):
         return pa.timestamp("us")
+    if isinstance(t, sa.Boolean):
+        return pa.bool_()
     return pa.string()
 
 
@@ -55,6 +57,8 @@ def _pg_array_type(col: Any) -> str:
         return "double precision[]"
     if isinstance(t, sa.DateTime):
         return "timestamp[]"
+    if isinstance(t, sa.Boolean):
+        return "boolean[]"
     return "text[]"
 
 

@@ -78,6 +78,10 @@ class RunIn(BaseModel):
     num_kv_heads: int | None = PosInt
     ffn_hidden_size: int | None = PosInt
     vocab_size: int | None = PosInt
+    gated_linear_unit: bool | None = Field(
+        default=None, description="the MLP: true = gated (SwiGLU/GeGLU, three matrices, as Llama's), false = "
+                                  "plain (GPT's GELU, two); Megatron-Core's name. Unknown: null (the models then "
+                                  "assume gated and say so)")
     seq_len: int | None = Field(default=None, ge=1, le=INT32_MAX, description="tokens per sample")
     gpu_type: str | None = Field(default=None, max_length=100,
                                  description="canonicalised through the hardware catalog (e.g. H100-SXM-80GB)")

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Double,
     Index,
@@ -62,6 +63,7 @@ class Run(Base):
     num_kv_heads: Mapped[int | None] = mapped_column(Integer)
     ffn_hidden_size: Mapped[int | None] = mapped_column(Integer)
     vocab_size: Mapped[int | None] = mapped_column(Integer)
+    gated_linear_unit: Mapped[bool | None] = mapped_column(Boolean)
     seq_len: Mapped[int | None] = mapped_column(Integer)
 
     gpu_type: Mapped[str | None] = mapped_column(String(100))
@@ -145,7 +147,8 @@ Index("ix_runs_cells", Run.model_size_class, Run.nodes, Run.status, postgresql_i
 # the recommender's configuration aggregate (throughput.read_configs: its GROUP BY key in order, then
 # what it reads) and its recorded OOMs (recommend._oom_rows): index-only scans in GROUP BY order (0010)
 Index("ix_runs_config", Run.gpu_type, Run.framework, Run.precision, Run.model_params, Run.num_layers, Run.hidden_size,
-      Run.num_heads, Run.num_kv_heads, Run.ffn_hidden_size, Run.vocab_size, Run.seq_len, Run.nodes, Run.gpus_per_node,
+      Run.num_heads, Run.num_kv_heads, Run.ffn_hidden_size, Run.vocab_size, Run.gated_linear_unit, Run.seq_len,
+      Run.nodes, Run.gpus_per_node,
       Run.dp, Run.tp, Run.pp, Run.cp, Run.ep, Run.zero_stage, Run.micro_batch_size, Run.grad_accum_steps,
       Run.recompute, Run.model_size_class,
       postgresql_include=["tokens_per_sec_per_gpu", "id", "peak_memory_gib", "allreduce_gb_s", "ar_intra_node_gb_s"],

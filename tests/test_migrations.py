@@ -276,6 +276,7 @@ def test_0010_backfills_recorded_bandwidths_as_the_write_path_derives_them(empty
             got = {k: (a, b) for k, a, b in conn.execute(sa.text(
                 "SELECT run_key, allreduce_gb_s, ar_intra_node_gb_s FROM runs"))}
         assert [got[r["run_key"]] for r in rows] == [(want, want) for _, want in _BANDWIDTH_CASES]
+        db.upgrade()  # today's write path writes today's columns
         payloads = list(benchtool.generate_runs(len(_BANDWIDTH_CASES), 11, prefix="bw"))
         for payload, (value, _) in zip(payloads, _BANDWIDTH_CASES):
             payload["extra"] = {"allreduce_gb_s": value, "ar_intra_node_gb_s": value}
@@ -325,5 +326,34 @@ def test_heatmap_can_be_answered_from_its_indexes(empty_url, backend):
             assert "ix_runs_cells" in plan, plan
             if filters.gpu_type:  # the slice's best run per cell: one probe of the slice's index
                 assert "ix_runs_best_tps_slice" in plan, plan
+    finally:
+        db.dispose()
+
+
+def test_0012_gated_linear_unit_backfills_nanotron_rows_and_downgrades(empty_url, data_dir):
+    """0012 adds runs.gated_linear_unit: stored nanotron bench rows (which name their Llama config's
+    hidden_act) get true, as a re-import of the file stores; every other run keeps NULL (not said);
+    the downgrade drops the column and keeps the runs."""
+    db = Database(empty_url)
+    try:
+        db.upgrade("0011")
+        others = _insert_runs(db, 5, seed=12)
+        table = sa.Table("runs", sa.MetaData(), autoload_with=db.engine)
+        nanotron_row = {**others[0], "run_key": "nanotron-csv:1:abc", "source": "nanotron-csv",
+                        "extra": {"hidden_act": "silu"}}
+        with db.engine.begin() as conn:
+            conn.execute(table.insert(), [nanotron_row])
+        db.upgrade("0012")
+        with db.engine.connect() as conn:
+            got = dict(conn.execute(sa.text("SELECT run_key, gated_linear_unit FROM runs")).all())
+        assert got.pop("nanotron-csv:1:abc") is True
+        assert set(got) == {r["run_key"] for r in others} and set(got.values()) == {None}
+        db.dispose()
+        command.downgrade(alembic_config(empty_url), "0011")
+        db = Database(empty_url)
+        cols = {c["name"] for c in sa.inspect(db.engine).get_columns("runs")}
+        assert "gated_linear_unit" not in cols
+        with db.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM runs")).scalar() == 6
     finally:
         db.dispose()

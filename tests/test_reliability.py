@@ -427,6 +427,7 @@ def test_bench_smoke(tmp_path):
     result = json.loads(done.stdout)
     assert {"backend", "stored_runs", "ingest_batch_runs_per_s", "ingest_single_post_p50_ms",
             "ingest_single_post_p99_ms", "heatmap_ms", "recommend_ms", "heatmap_first_ms", "recommend_first_ms",
-            "heatmap_after_post_ms", "recommend_after_post_ms"} <= set(result)
+            "heatmap_after_post_ms", "recommend_after_post_ms", "suggest_ms", "suggest_first_ms",
+            "suggest_after_post_ms"} <= set(result)
     assert result["backend"] == "duckdb" and result["stored_runs"] == 2000
     assert result["heatmap_cells"] > 10 and result["recommend_candidates"] > 0

@@ -124,13 +124,13 @@ def test_dp_ranks_per_node_follows_the_rank_order(dp: int, tp: int, cp: int, pp:
     assert tt.dp_ranks_per_node(dp=dp, tp=tp, cp=cp, gpus_per_node=8) == _ranks_per_node_by_layout(dp, tp, cp, pp, 8)
 
 
-@pytest.mark.parametrize("recorded", [None, 96.0])
+@pytest.mark.parametrize("recorded", [None, 341.0])
 def test_the_dp_all_reduce_across_nodes_does_not_shrink_with_tp(recorded: float | None):
     """Across nodes a DP group gets its ranks' share of each node's network links: with TP 4 the
     gradient buffer per GPU is 1/4 as large and so is the group's bandwidth, so the network time of
     the gradient reduction is the same as with TP 1 (but for the ring's (n−1)/n share)."""
     def dp_time(nodes: int = 8, **over: object) -> float:
-        t = tt.terms(_cfg(nodes=nodes, **over), dp_bw_recorded=recorded)
+        t = tt.terms(_cfg(nodes=nodes, **over), network_gb_s=recorded)
         return t.dp_bytes / t.dp_bw
 
     tp1, tp4 = dp_time(dp=64, tp=1), dp_time(dp=16, tp=4)
@@ -144,3 +144,82 @@ def test_pipeline_neighbours_cross_nodes_once_the_world_spans_nodes():
     assert tt.terms(_cfg(nodes=8, dp=32, pp=2, grad_accum_steps=8)).pp_inter == 1.0
     assert tt.terms(_cfg(nodes=1, dp=4, pp=2, grad_accum_steps=64)).pp_inter == 0.0
     assert tt.terms(_cfg(nodes=8)).pp_inter == 0.0  # no pipeline
+
+
+def test_a_plain_mlp_has_two_matrices_and_a_gated_one_three():
+    """gated_linear_unit (Megatron-Core's name): GPT-3 175B's dims with GPT's plain GELU MLP (ffn = 4h)
+    give its published 175B; the same dims read as a gated MLP would count a third matrix."""
+    from core.model import resolve_shape
+
+    gpt3 = {"num_layers": 96, "hidden_size": 12288, "num_heads": 96, "num_kv_heads": 96, "ffn_hidden_size": 4 * 12288,
+            "vocab_size": 50257, "tie_word_embeddings": True}
+    plain = resolve_shape({**gpt3, "gated_linear_unit": False}, [])
+    gated = resolve_shape({**gpt3, "gated_linear_unit": True}, [])
+    assert plain.total_params() == pytest.approx(175e9, rel=0.01)
+    assert gated.total_params() - plain.total_params() == 96 * 12288 * 4 * 12288
+    notes: list[str] = []
+    assert resolve_shape(gpt3, notes).gated is True and any("gated_linear_unit" in n for n in notes)
+    # the throughput model executes the plain MLP's FLOPs, not the gated one's
+    cfg = {**gpt3, "model_params": 175_000_000_000, "seq_len": 2048, "nodes": 64, "gpus_per_node": 8,
+           "gpu_type": "A100-SXM-80GB", "precision": "fp16", "dp": 8, "tp": 8, "pp": 8, "micro_batch_size": 1,
+           "grad_accum_steps": 192}
+    plain_flops = tt.terms({**cfg, "gated_linear_unit": False}).hw_flops
+    assert plain_flops < tt.terms({**cfg, "gated_linear_unit": True}).hw_flops
+
+
+def test_tp_latency_grows_with_the_ring_and_with_the_pipeline():
+    """A ring all-reduce over t ranks takes 2(t−1) latency-bound steps (Thakur et al. 2005); a stage that
+    also runs pipeline sends pays alpha_tp_pp on each (the sweep's TP×PP layouts)."""
+    t2, t8 = tt.terms(_cfg(dp=4, tp=2)), tt.terms(_cfg(dp=1, tp=8))
+    assert t2.tp_ring_steps / t2.tp_collectives == 2 and t8.tp_ring_steps / t8.tp_collectives == 14
+    assert t8.tp_in_pipeline == 0 and tt.terms(_cfg(dp=2, tp=2, pp=2)).tp_in_pipeline == 1
+    assert tt.terms(_cfg(dp=4, pp=2)).tp_in_pipeline == 0  # no TP, nothing to pay
+    p = dict(th.PRIOR)
+    flat, piped = tt.terms(_cfg(dp=4, tp=2)), tt.terms(_cfg(dp=2, tp=2, pp=2, grad_accum_steps=64))
+    assert th.step_time(piped, {**p, "alpha_tp_pp": 1e-3})[2] > th.step_time(piped, {**p, "alpha_tp_pp": 0.0})[2]
+    assert th.step_time(flat, {**p, "alpha_tp_pp": 1e-3})[2] == th.step_time(flat, {**p, "alpha_tp_pp": 0.0})[2]
+
+
+def test_tp_across_nodes_gets_the_nodes_links_not_one_nic():
+    """A TP group spanning nodes holds every GPU of its nodes: its all-reduce runs at the full-node
+    network bandwidth (recorded, else the catalog's per-GPU line rate × gpus_per_node × efficiency)."""
+    t = tt.terms(_cfg(nodes=2, dp=1, tp=16, grad_accum_steps=256))
+    assert t.tp_inter == 1.0
+    assert t.tp_bw == pytest.approx(50e9 * 8 * tt.CATALOG_NETWORK_EFFICIENCY)
+    assert tt.terms(_cfg(nodes=2, dp=1, tp=16, grad_accum_steps=256), network_gb_s=300.0).tp_bw == pytest.approx(300e9)
+
+
+def test_memory_bound_work_runs_at_the_catalogs_hbm_bandwidth():
+    """The elementwise work, an unfused attention core's scores and the optimizer update are priced in
+    bytes at the GPU's HBM bandwidth: the same step costs more on an A100 (2.0 TB/s) than on an H100 (3.35)."""
+    from core import hardware
+
+    h100, a100 = tt.terms(_cfg()), tt.terms(_cfg(gpu_type="A100-SXM-80GB"))
+    assert h100.hbm_bw == hardware.hbm_bytes_per_s("H100-SXM-80GB") == 3.35e12
+    assert a100.hbm_bw == pytest.approx(2.039e12)
+    assert h100.score_elems == 0  # FlashAttention unless the record says otherwise
+    unfused = tt.terms(_cfg(flash_attention=False))
+    assert unfused.score_elems == pytest.approx(unfused.tokens_per_gpu * 16 * 32 * 4096)
+    # ZeRO-1 shards the optimizer update over DP
+    assert tt.terms(_cfg(zero_stage=1)).opt_params == pytest.approx(tt.terms(_cfg()).opt_params / 8)
+
+
+def test_the_network_reference_is_the_smallest_multi_node_reading():
+    """The recorded all-reduce bandwidth halves with each doubling of nodes on the sweep (a latency-bound
+    test message): the cluster's bandwidth is read where it is least latency-bound."""
+    rows = [{"gpu_type": "H100-SXM-80GB", "nodes": n, "allreduce_gb_s": bw}
+            for n, bw in ((1, 450.0), (2, 340.0), (2, 350.0), (4, 160.0), (8, 95.0))]
+    bw, how = th.network_reference(rows, "H100-SXM-80GB")
+    assert bw == 345.0 and "2 nodes" in how
+    assert th.network_reference(rows, "A100-SXM-80GB")[0] is None
+
+
+def test_the_interval_widens_with_the_distance_to_the_nearest_run_of_the_layout():
+    from service.analytics.anchor import SUPPORT_DISTANCE, UNSUPPORTED_LOWER, interval_halves
+
+    near, far = interval_halves(0.05, 1.0, 0.0), interval_halves(0.05, 1.0, 1.5)
+    assert near == (0.05, 0.05) and far[0] > near[0] and far[1] > near[1]
+    assert interval_halves(0.05, 0.25, 0.0)[0] == pytest.approx(0.025)  # evidence left a quarter of the variance
+    lower, upper = interval_halves(0.05, 1.0, None)  # never recorded: unsupported
+    assert lower >= UNSUPPORTED_LOWER > upper
+    assert interval_halves(0.05, 1.0, SUPPORT_DISTANCE + 0.1)[0] >= UNSUPPORTED_LOWER

@@ -26,7 +26,15 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from core.record import COUNT_SUFFIXES, RECOMPUTE, REPORTED_FIELDS, STATUSES, parse_param_count, scale_count
+from core.record import (
+    COUNT_SUFFIXES,
+    RECOMPUTE,
+    REPORTED_FIELDS,
+    STATUSES,
+    parse_param_count,
+    scale_count,
+)
+from core.record import parse_bool as bool_value
 
 __all__ = [
     "ParseResult",
@@ -276,20 +284,15 @@ def find_size_token(text: str) -> int | None:
     return scale_count(m.group(1), m.group(2))
 
 
-_TRUE = {"true", "yes", "1", "y", "t"}
-_FALSE = {"false", "no", "0", "n", "f"}
-
-
 def parse_bool(column: str, raw: str | None) -> bool | None:
-    """'True'/'False' (any case, also yes/no/1/0) -> bool; None when empty."""
+    """A cell as a bool (core.record.parse_bool's words: True/False, yes/no, 1/0, on/off, any case);
+    None when empty; RowError naming the column and value otherwise."""
     if raw is None or not raw.strip():
         return None
-    s = raw.strip().lower()
-    if s in _TRUE:
-        return True
-    if s in _FALSE:
-        return False
-    raise cell_error(column, raw, "is not True/False")
+    try:
+        return bool_value(column, raw)
+    except ValueError:
+        raise cell_error(column, raw, "is not True/False") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -399,10 +402,12 @@ def coerce_defaults(defaults: Mapping[str, Any]) -> dict[str, Any]:
                 value = float(value) if isinstance(value, (int, float)) else parse_float(key, str(value))
                 if value is None or not math.isfinite(value):
                     raise RowError("not finite")
+            elif kind == "b":
+                value = bool_value(key, value)
             else:
                 value = str(value).strip()
         except (RowError, TypeError, ValueError):
-            kind_name = {"i": "an integer", "f": "a number"}[kind]
+            kind_name = {"i": "an integer", "f": "a number", "b": "true or false"}[kind]
             raise ValueError(f"default {key}={value!r} is not {kind_name}") from None
         if key == "status" and value not in STATUSES:
             raise ValueError(f"default status={value!r} is not one of {STATUSES}")

@@ -184,6 +184,10 @@ def parse_row(cells: Mapping[str, str], defaults: Mapping[str, Any] | None = Non
     rec["gpu_type"] = defaults.get("gpu_type")
     rec["precision"] = canonical_precision(cells.get("dtype")) or canonical_precision(defaults.get("precision"))
     rec["recompute"] = canonical_recompute("recompute_layer", cells.get("recompute_layer"))
+    if cells.get("hidden_act"):
+        # the bench's model config (hidden_act is its LlamaConfig's): nanotron's Llama MLP is gated,
+        # gate_up_proj then down_proj (src/nanotron/models/llama.py, class MLP), whatever the activation
+        rec["gated_linear_unit"] = True
     if cells.get("date"):
         try:
             rec["started_at"] = datetime.fromisoformat(cells["date"]).isoformat()

@@ -63,6 +63,39 @@ MAX_EVIDENCE = 100
 #: configurations are at distance 0 from each other
 NUGGET = 0.05
 
+#: The interval of a prediction widens with the distance between the target and the nearest recorded
+#: run of the candidate's exact layout (TP, PP, CP, ZeRO stage, micro-batch, recompute; recommend's
+#: distance: |ln size ratio| + |ln nodes ratio| + |ln seq ratio| + hardware): each unit of it adds
+#: EXTRAPOLATION_PER_DISTANCE to the log half-width, in quadrature with the fit's own held-out error.
+#: Measured by bench/interval_calibration.py on the Ultra-Scale sweep under extrapolation (fit on the
+#: small node counts or on the other model sizes, predict the held-out cells): the 80 % |log error| of
+#: the competitive configurations (within 70 % of their cell's best) is 0.12 with the same layout
+#: recorded up to one node doubling away (0.69 units) and 0.15–0.24 one to two units away, where the
+#: fit's own held-out error is 0.05–0.08.
+EXTRAPOLATION_PER_DISTANCE = 0.15
+#: a layout with no recorded run within SUPPORT_DISTANCE of the target (none at a neighbouring scale or
+#: model size: two node doublings are 1.39) is unsupported: its prediction's lower end is
+#: exp(−UNSUPPORTED_LOWER) of it. On the same extrapolation holdouts, 78 % of the configurations that
+#: ran with no recorded run of their layout within 2 units were slower than 70 % of their cell's best,
+#: and their log error's 10th / 20th percentiles were −1.39 / −0.88 (against −0.35 / −0.16 with their
+#: layout recorded one doubling away): a physically plausible layout nobody ran nearby is often slow for
+#: reasons no model term captures (bench/RESULTS.md, issue 25)
+SUPPORT_DISTANCE = 2.0
+UNSUPPORTED_LOWER = 1.0
+
+
+def interval_halves(q80: float, variance: float, evidence_distance: float | None) -> tuple[float, float]:
+    """(lower, upper) log half-widths of a prediction's 80 % interval: the fit's held-out 80 % |log
+    error| `q80` scaled by √variance (the kriging variance its layout family's evidence leaves, 1 without
+    any), in quadrature with EXTRAPOLATION_PER_DISTANCE × the distance to the nearest recorded run of
+    the exact layout (`evidence_distance`, recommend's distance units; None: never recorded). A layout
+    unsupported within SUPPORT_DISTANCE gets UNSUPPORTED_LOWER below (at least) and the distance cap above."""
+    base = q80 * math.sqrt(max(variance, 0.0))
+    d = SUPPORT_DISTANCE if evidence_distance is None else min(evidence_distance, SUPPORT_DISTANCE)
+    half = math.hypot(base, EXTRAPOLATION_PER_DISTANCE * d)
+    supported = evidence_distance is not None and evidence_distance <= SUPPORT_DISTANCE
+    return (half if supported else max(half, UNSUPPORTED_LOWER)), half
+
 
 def _family(row: dict[str, Any]) -> tuple:
     return (row.get("tp"), row.get("pp"), row.get("cp") or 1, row.get("recompute") or "none")
@@ -77,13 +110,15 @@ class Anchors:
     simple-kriging weights that carry them to a candidate.
 
     rows: load_configs' dicts; fit: the fit the candidates are predicted with; distance: a
-    function (row) -> distance of the row from the target (recommend.distance, bound)."""
+    function (row) -> distance of the row from the target (recommend.distance, bound); terms_of:
+    (row) -> its Terms (default th.config_terms under the fit's network: pass Model.terms_of's memo)."""
 
-    def __init__(self, rows: list[dict[str, Any]], fit: th.Fit, distance: Any):
+    def __init__(self, rows: list[dict[str, Any]], fit: th.Fit, distance: Any, terms_of: Any = None):
         groups: dict[tuple, list[tuple[dict[str, Any], float, float]]] = defaultdict(list)
         residuals: list[tuple[dict[str, Any], float]] = []
+        terms_of = terms_of or (lambda r: th.config_terms(r, fit.network_gb_s))
         for r in rows:
-            t = th.config_terms(r)
+            t = terms_of(r)
             if t is None or not r.get("tokens_per_sec_per_gpu"):
                 continue
             pred = t.tokens_per_gpu / th.step_time(t, fit.params)[0]
@@ -92,6 +127,13 @@ class Anchors:
             groups[_family(r)].append((r, res, distance(r)))
         self.lengths = correlation_lengths(residuals)
         self.groups = dict(groups)
+        # per family, its evidence as arrays for correction(): residuals, distances from the target,
+        # ln micro-batch, ZeRO stage
+        self._arrays = {key: (np.array([x for _, x, _ in g]), np.array([d for _, _, d in g]),
+                              np.array([math.log(r["micro_batch_size"]) if r.get("micro_batch_size") else math.nan
+                                        for r, _, _ in g]),
+                              np.array([r.get("zero_stage") or 0 for r, _, _ in g]))
+                        for key, g in self.groups.items()}
         # per family, the simple-kriging system of its MAX_EVIDENCE runs nearest the target (unit
         # sill, nugget NUGGET): for the posterior variance of a candidate's residual
         self._kriging: dict[tuple, tuple[list[int], Any]] = {}
@@ -129,11 +171,14 @@ class Anchors:
         with more and nearer evidence (e.g. the layout recorded on both sides of the target), 1
         without any."""
         key = _family(cfg)
-        group = self.groups.get(key)
-        if not group:
+        if key not in self._arrays:
             return 0.0, None, 1.0
-        dists = np.array([self.scaled_distance(r, d, cfg) for r, _, d in group])
-        res = np.array([x for _, x, _ in group])
+        res, d, ln_mbs, zero = self._arrays[key]
+        lam = self.lengths
+        # scaled_distance for every row of the family at once (a missing micro-batch counts 0, as there)
+        mbs = np.nan_to_num(np.abs(ln_mbs - math.log(cfg["micro_batch_size"])))
+        dists = (d / lam["target"].length + mbs / lam["mbs"].length
+                 + (zero != cfg["zero_stage"]).astype(float) / lam["zero"].length)
         w = np.exp(-dists)
         d0 = float(dists.min())
         near, factor = self._kriging[key]

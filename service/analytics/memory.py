@@ -110,16 +110,20 @@ def _activation_bytes_per_token(model: ModelShape, seq: int, tp: int, sp: bool, 
     [K22] §4.1 derivation applied to a Llama block (RMSNorm, GQA, SwiGLU, no dropout), bf16:
       replicated across TP unless sequence parallel: 2 norm inputs + 2 column-linear inputs = 8h;
       TP-sharded: q,k,v 2(q_dim + 2·kv_dim), attention output 2·q_dim, SwiGLU gate/up output 4·ffn,
-      silu(gate) 2·ffn, product 2·ffn (down-proj input); without FlashAttention + 5·a·s (K22's
-      5as/h term × h). For GPT's 4h-GeLU block (+ two 1-byte dropout masks) this gives K22's 34h.
-    selective: also recompute the attention core and the SwiGLU elementwise outputs (−4·ffn);
+      silu(gate) 2·ffn, product 2·ffn (down-proj input) — a plain GELU MLP (gated_linear_unit
+      False) keeps its up-proj output 2·ffn and gelu output 2·ffn (down-proj input); without
+      FlashAttention + 5·a·s (K22's 5as/h term × h). For GPT's 4h-GeLU block (ffn = 4h) this gives
+      8h + 8h + 16h = 32h, K22's 34h less its two 1-byte dropout masks.
+    selective: also recompute the attention core and the MLP's elementwise outputs (−4·ffn gated,
+      −2·ffn plain);
     op_sac (torchtitan's selective_ac_option="op"): keep the layer input, the attention output
     and every other matmul output (wq, wv, w1, w2 of the 7); full: keep only the layer input 2h
     (K22 "full recompute"), recompute one layer at a time.
     """
     h, qd, kvd, f = model.h, model.heads * model.head_dim, model.kv * model.head_dim, model.ffn
     replicated = 8 * h
-    sharded = 2 * (qd + 2 * kvd) + 2 * qd + 8 * f
+    mlp, mlp_recomputed = (8 * f, 4 * f) if model.gated else (4 * f, 2 * f)
+    sharded = 2 * (qd + 2 * kvd) + 2 * qd + mlp
     core = 0 if flash else 5 * model.heads * seq
     full_layer = (replicated / tp if sp else replicated) + (sharded + core) / tp
     if recompute == "full":
@@ -128,7 +132,7 @@ def _activation_bytes_per_token(model: ModelShape, seq: int, tp: int, sp: bool, 
         layer_input = 2 * h / tp if sp else 2 * h
         kept = layer_input + (2 * qd + 2 * kvd + 2 * f + 2 * h + 2 * qd) / tp  # wq wv w1 w2 + attn out
     elif recompute == "selective":
-        kept = (replicated / tp if sp else replicated) + (sharded - 4 * f) / tp
+        kept = (replicated / tp if sp else replicated) + (sharded - mlp_recomputed) / tp
     else:
         kept = full_layer
     return kept, full_layer
@@ -175,8 +179,13 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
     nanotron = framework in ("", "nanotron") or "nanotron" in framework
     if not framework:
         notes.append("framework=nanotron (its ZeRO all-gather staging and DDP buckets counted)")
+    # fp32 gradient accumulation unless reported: nanotron's default (accumulate_grad_in_fp32), and
+    # Megatron-LM's for bf16 (arguments.py turns accumulate_allreduce_grads_in_fp32 on with --bf16);
+    # with fp16 Megatron keeps fp16 main grads (the loss scaler guards their range)
     fp32_accum = False if precision == "fp32" else _default(
-        _flag(run, "accumulate_grad_in_fp32"), True, notes, "accumulate_grad_in_fp32=True (nanotron/Megatron default)")
+        _flag(run, "accumulate_grad_in_fp32"), precision != "fp16", notes,
+        "accumulate_grad_in_fp32=False (fp16: Megatron keeps fp16 grads)" if precision == "fp16"
+        else "accumulate_grad_in_fp32=True (nanotron's default; Megatron's with bf16)")
     tp_mode = str(_get(run, "tp_mode") or "").upper()
     sp_flag = _flag(run, "sequence_parallel")
     if sp_flag is None and tp_mode:

@@ -47,7 +47,7 @@ from core.model import model_size_class, resolve_shape
 from core.record import parse_param_count
 from service.analytics import on_target
 from service.analytics import throughput as th
-from service.analytics.anchor import Anchors
+from service.analytics.anchor import SUPPORT_DISTANCE, Anchors, interval_halves
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value
 from service.errors import BadRequest
@@ -420,7 +420,7 @@ def layouts(ctx: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, A
 
 def _run_record(cfg: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
     rec = {k: ctx.get(k) for k in ("model_params", "seq_len", "nodes", "gpus_per_node", "gpu_type", "precision",
-                                   "framework", *DIM_FIELDS, "gated_linear_unit")}
+                                   "framework", *DIM_FIELDS, "gated_linear_unit", "flash_attention")}
     rec.update(cfg)
     return rec
 
@@ -512,19 +512,51 @@ def prepare(session: Session, target: Target, *, need_batch: bool = True, measur
     return Prepared(rows, ctx, model, fit, _oom_rows(session, ctx), notes, cell, found)
 
 
-def scored(prep: Prepared, skip: set[tuple] | None = None, *, anchor: bool = True,
-           configs: list[dict[str, Any]] | None = None) -> list[Scored]:
-    """Every valid configuration for the target (layouts(); or `configs`, the configurations
-    /predict is asked about), except those in `skip` (tuples of CONFIG_FIELDS), with its
-    prediction: anchored on the residuals of the nearest recorded runs of its layout (anchored())
-    unless `anchor` is False (the model's own prediction). A configuration the model cannot cost
-    is left out."""
-    ctx, rows = prep.ctx, prep.rows
+def layout_distances(prep: Prepared) -> dict[tuple, float]:
+    """{LAYOUT_FIELDS values: distance from the target to the nearest recorded run of that exact
+    layout} over the request's configuration rows (the evidence distance of interval_halves)."""
+    ctx = prep.ctx
     by_layout: dict[tuple, float] = {}
-    for r in rows:
+    for r in prep.rows:
         key = tuple(_value(r, f) for f in LAYOUT_FIELDS)
         d = distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"], ctx["gpu_type"])
         by_layout[key] = min(d, by_layout.get(key, d))
+    return by_layout
+
+
+def anchors_for(prep: Prepared) -> Anchors:
+    """The evidence anchoring of the request's fit (anchor.Anchors), distances from its target."""
+    ctx = prep.ctx
+    return Anchors(prep.rows, prep.fit, lambda r: distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"],
+                                                          ctx["gpu_type"]),
+                   terms_of=lambda r: prep.model.terms_of(r, prep.fit.network_gb_s))
+
+
+def predicted_for(prep: Prepared, cfg: dict[str, Any], anchors: Anchors | None,
+                  by_layout: dict[tuple, float]) -> dict[str, Any]:
+    """The prediction for one configuration `cfg` (CONFIG_FIELDS) on the request's target: the
+    throughput model's, anchored on its layout family's evidence unless `anchors` is None, with the
+    interval of anchor.interval_halves for the distance to the nearest recorded run of its exact
+    layout (`by_layout`: layout_distances). Adds `evidence_distance` (None: never recorded) and
+    `supported`. Raises ValueError when the configuration cannot be costed."""
+    layout = tuple(cfg[f] for f in LAYOUT_FIELDS)
+    d_ev = by_layout.get(layout)
+    pred = prep.model.predict(_run_record(cfg, prep.ctx), prep.ctx["framework"])
+    corr = anchors.correction(cfg) if anchors is not None else (0.0, None, 1.0)
+    out = anchored(pred, *corr, prep.fit.loo_log_q80, evidence_distance=d_ev)
+    out["evidence_distance"] = d_ev
+    out["supported"] = d_ev is not None and d_ev <= SUPPORT_DISTANCE
+    return out
+
+
+def scored(prep: Prepared, skip: set[tuple] | None = None, *, anchor: bool = True,
+           configs: list[dict[str, Any]] | None = None) -> list[Scored]:
+    """Every valid configuration for the target (layouts(); or `configs`, the configurations
+    /predict is asked about), except those in `skip` (tuples of CONFIG_FIELDS), with its prediction
+    (predicted_for): anchored on the residuals of the nearest recorded runs of its layout unless
+    `anchor` is False (the model's own prediction). A configuration the model cannot cost is left out."""
+    ctx, rows = prep.ctx, prep.rows
+    by_layout = layout_distances(prep)
     # layouts that ran at the target's size class (or the nearest recorded one) at the nearest
     # node counts: "what worked" (/suggest says when it proposes another: exploration)
     sizes = {r["model_size_class"] for r in rows if r["model_size_class"]}
@@ -534,32 +566,30 @@ def scored(prep: Prepared, skip: set[tuple] | None = None, *, anchor: bool = Tru
     gap = min((abs(math.log(r["nodes"] / ctx["nodes"])) for r in same if r["nodes"]), default=0.0)
     worked = {tuple(_value(r, f) for f in LAYOUT_FIELDS) for r in same
               if r["nodes"] and abs(math.log(r["nodes"] / ctx["nodes"])) <= gap + WORKED_NODES_SLACK}
-    anchors = Anchors(rows, prep.fit, lambda r: distance(r, ctx["size_class"], ctx["nodes"], ctx["seq_len"],
-                                                         ctx["gpu_type"]))
+    anchors = anchors_for(prep) if anchor else None
     out = []
     for cfg in layouts(ctx, rows) if configs is None else configs:
         if skip and tuple(cfg[f] for f in CONFIG_FIELDS) in skip:
             continue
-        layout = tuple(cfg[f] for f in LAYOUT_FIELDS)
-        # the interval widens with the distance to the nearest recorded run of the same layout
-        # (an unrecorded layout counts as MAX_WIDEN away)
-        widen = min(by_layout.get(layout, MAX_WIDEN), MAX_WIDEN)
         try:
-            pred = prep.model.predict(_run_record(cfg, ctx), ctx["framework"], widen=widen)
+            pred = predicted_for(prep, cfg, anchors, by_layout)
         except ValueError:
             continue
-        out.append(Scored(cfg, anchored(pred, *(anchors.correction(cfg) if anchor else (0.0, None, 1.0)),
-                                        prep.fit.loo_log_q80), widen, layout in worked))
+        d_ev = pred["evidence_distance"]
+        widen = MAX_WIDEN if d_ev is None else min(d_ev, MAX_WIDEN)
+        out.append(Scored(cfg, pred, widen, tuple(cfg[f] for f in LAYOUT_FIELDS) in worked))
     return out
 
 
-def anchored(pred: dict[str, Any], log_corr: float, d0: float | None, variance: float, q80: float) -> dict[str, Any]:
+def anchored(pred: dict[str, Any], log_corr: float, d0: float | None, variance: float, q80: float, *,
+             evidence_distance: float | None = None) -> dict[str, Any]:
     """The model's prediction corrected by the residuals of the nearest recorded runs of the same
     layout (service/analytics/anchor.py): tokens/s/GPU, MFU and step time scaled by exp(log_corr);
-    the interval, when the layout family has evidence, is the fit's held-out 80 % half-width `q80`
-    times √variance (the kriging variance left after the evidence), else the model's own (widened
-    for extrapolation). `anchor` says by how much, how near the evidence is and what is left of
-    the uncertainty."""
+    the interval's log half-widths are anchor.interval_halves: the fit's held-out 80 % half-width
+    `q80` times √variance (the kriging variance left after the evidence; 1 without any), widened by
+    the distance to the nearest recorded run of the exact layout (`evidence_distance`), and much
+    lower below for a layout unsupported near the target. `anchor` says by how much, how near the
+    evidence is and what is left of the uncertainty."""
     f = math.exp(log_corr)
     out = dict(pred)
     tps = pred["tokens_per_sec_per_gpu"] * f
@@ -567,11 +597,8 @@ def anchored(pred: dict[str, Any], log_corr: float, d0: float | None, variance: 
     out["tokens_per_sec_per_gpu"] = tps
     out["mfu"] = pred["mfu"] * f
     out["step_time_s"] = pred["step_time_s"] / f
-    if d0 is None:
-        out["interval"] = [x * f for x in pred["interval"]]
-    else:
-        half = q80 * math.sqrt(variance)
-        out["interval"] = [tps * math.exp(-half), tps * math.exp(half)]
+    lower, upper = interval_halves(q80, variance, evidence_distance)
+    out["interval"] = [tps * math.exp(-lower), tps * math.exp(upper)]
     out["anchor"] = {"factor": f, "evidence_distance": d0, "variance": variance}
     return out
 

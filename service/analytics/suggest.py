@@ -16,11 +16,13 @@ median |leave-one-out log residual|, the MAD estimate of a normal σ). μ is anc
 nearest recorded runs of the same layout (service/analytics/anchor.py, regression kriging), so σ is the
 kriging standard deviation σ₀·√v, v the simple-kriging variance left by the layout's recorded
 runs (Hengl et al. 2007; a run of the layout on the target itself leaves little uncertainty, far
-evidence leaves σ₀); a layout whose TP, PP, CP and recompute were never recorded together keeps the model's
-own μ and σ₀ widened by the distance to the nearest recorded run of the same layout (× (1 + distance /
-MAX_WIDEN), at most doubled). A configuration
-the model is unsure about can therefore
-be worth a run even if its point prediction is below the best.
+evidence leaves σ₀). The extrapolation part of the prediction's interval (anchor.interval_halves: the
+distance to the nearest recorded run of the exact layout, and a much lower end for a layout unsupported
+near the target) lowers μ to μ·exp(−(lower − Z80·σ)) rather than raising σ: on the Ultra-Scale sweep
+a layout nobody ran nearby is more often slow than fast (bench/interval_calibration.py), so it is
+proposed when its pessimistic prediction still promises an improvement. A configuration the fit is
+unsure about near its evidence can therefore be worth a run even if its point prediction is below
+the best.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from sqlalchemy.orm import Session
 from core.rules import CONFIG_FIELDS
 from service.analytics import recommend as rec
 from service.tables import Run
+
+#: the standard normal's 90th percentile: an 80 % two-sided interval is μ·exp(±Z80·σ)
+Z80 = 1.2816
 
 
 def best_recorded(session: Session, ctx: dict[str, Any]) -> dict[str, Any] | None:
@@ -81,10 +86,15 @@ def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, An
     y = best["tokens_per_sec_per_gpu"] if best else max(i.predicted["tokens_per_sec_per_gpu"] for i in items)
     ranked = []
     for item in items:
-        a = item.predicted["anchor"]
-        sigma = (sigma0 * (1.0 + item.widen / rec.MAX_WIDEN) if a["evidence_distance"] is None
-                 else sigma0 * math.sqrt(a["variance"]))
-        ei = expected_improvement(item.predicted["tokens_per_sec_per_gpu"], y, sigma)
+        p, a = item.predicted, item.predicted["anchor"]
+        # σ: what the fit and the layout family's evidence leave of the uncertainty (kriging); the
+        # extrapolation part of the interval's lower end (anchor.interval_halves: distance to the
+        # nearest recorded run of the exact layout, unsupported layouts) is a risk, not an upside:
+        # it lowers μ instead of raising σ, so an unsupported layout is not explored for its doubt
+        sigma = sigma0 * math.sqrt(a["variance"])
+        lower = math.log(p["tokens_per_sec_per_gpu"] / p["interval"][0])
+        shift = max(0.0, lower - Z80 * sigma)
+        ei = expected_improvement(p["tokens_per_sec_per_gpu"] * math.exp(-shift), y, sigma)
         ranked.append((-ei, tuple(str(item.config[f]) for f in CONFIG_FIELDS), item, ei, sigma))
     ranked.sort(key=lambda e: e[:2])
     out: list[dict[str, Any]] = []

@@ -3,47 +3,59 @@
 Step time of one optimizer step on one GPU, decomposed as in the Ultra-Scale Playbook [UP] and
 Megatron-LM [NA21] (the physical terms and their sources: service/analytics/throughput_terms.py):
 
-    t = t_compute · r + a_bubble · t_compute · (pp − r)/m  1F1B: (m−1)·τ_max + Σ τ_stage [NA21 §2.2]: the slowest
+    t = τ · r + a_bubble · (τ + t_tp) · (pp − r)/m         1F1B: (m−1)·τ_max + Σ τ_stage [NA21 §2.2]: the slowest
                                                           stage (r = τ_max/τ_mean ≥ 1) sets the pace; with even
                                                           stages (r = 1) the bubble is (p−1)/(m+p−1) of the step
-        + a_tp · tp_bytes / tp_bw                         exposed TP collectives [NA21 §3.2], [UP TP/SP]:
-        + (α_tp + α_tp_x · [tp > node]) · n_tp            volume and a latency per collective (Hockney α–β),
-                                                          the network's larger once TP spans nodes
-        + a_dp · dp_bytes / dp_bw                         exposed DP / ZeRO gradient sync [UP DP, ZeRO]
-        + a_zero · zero_gather_bytes / dp_bw              ZeRO-1/2 parameter all-gather after the step
+        + t_tp                                            exposed TP collectives [NA21 §3.2], [UP TP/SP]
+        + (1 + a_dp_n·log2 n_dp)(a_dp·dp_bytes + a_zero·zero_gather_bytes)/dp_bw
+                                                          exposed DP / ZeRO gradient sync [UP DP, ZeRO], growing
+                                                          with the nodes n_dp its group spans (ring / tree depth)
+        + OPTIMIZER_BYTES · opt_params / hbm              the optimizer update, memory-bound, sharded by ZeRO
         + A_CP · cp_bytes / cp_bw                         exposed ring-attention exchange [UP CP]
         + pp_bytes / pp_bw                                pipeline point-to-point sends [NA21 §2.2]
         + α_pp_x · 2(m + pp − 1) · [stages on other nodes] their latency on the 1F1B critical path
-    t_compute = (hw_flops / eff + a_act · n_act + a_logit · n_logit) / peak      one GPU's mean stage
+    t_tp = a_tp · tp_bytes / tp_bw + (α_tp + α_tp_pp·[tp>1, pp>1] + α_tp_x·[tp > node]) · 2(tp−1) · n_tp
+                                                          volume, and a latency per ring step (Hockney α–β;
+                                                          Thakur et al. 2005: 2(t−1) steps per all-reduce)
+    τ = smoothmax(t_gpu, κ · layer passes)                one GPU's mean stage: the GPU's work, or the CPU's
+                                                          kernel launches when they take longer (κ set:
+                                                          LAUNCH_S_PER_LAYER)
+    t_gpu = hw_flops / (eff · peak) + (b_act·n_act + b_logit·n_logit + b_score·n_score) / hbm
     eff = e_max · hs/(hs + k_h)                           achieved fraction of the dense peak in the matmuls
 
-hw_flops: the matmul FLOPs the GPU executes (throughput_terms: the input embedding is a lookup, not a
-matmul). hs = h/tp, the K/N of the GPU's matmuls: narrow matmuls reach a smaller fraction of peak
-([UP] "the GEMMs get smaller" under TP; the saturating form is the usual occupancy curve).
-n_act = tokens·L·h and n_logit = tokens·V per GPU: the memory-bound elementwise work around the
-matmuls (RMSNorm, SwiGLU, rotary, residual adds, per layer over the h-wide activations; softmax and
-cross-entropy over the V-wide logits), whose time grows with the bytes moved, not with FLOPs — the
-roofline's memory-bound side (Williams, Waterman & Patterson 2009, CACM 52(4)); Korthikanti et al.
-2022 (arXiv 2205.05198) §4 count these activations per layer. The catalog has no HBM bandwidth, so
-a_act and a_logit are in FLOP-equivalents of the peak per element (fitted per GPU type: its
-FLOP:byte balance is absorbed; a fit carried to another GPU assumes the same balance). Their weight
-falls as h grows (elementwise ∝ L·h against matmuls ∝ L·h²): small models reach a lower MFU.
+hw_flops: the matmul FLOPs the GPU executes (the input embedding is a lookup, not a matmul; a gated MLP
+has three matrices, a plain one two: core/model.ModelShape). hs = h/tp, the K/N of the GPU's matmuls:
+narrow matmuls reach a smaller fraction of peak ([UP] "the GEMMs get smaller" under TP; the saturating
+form is the usual occupancy curve). n_act = tokens·L·h, n_logit = tokens·V and, without FlashAttention,
+n_score = tokens·L·a·s per GPU: the memory-bound elementwise work around the matmuls (norms, the MLP's
+activation, rotary, residual adds over the h-wide activations; softmax and cross-entropy over the
+V-wide logits; an unfused attention core's scores), whose time is the bytes moved over the HBM
+bandwidth (core/hardware.HBM) — the roofline's memory-bound side (Williams, Waterman & Patterson 2009,
+CACM 52(4)); Korthikanti et al. 2022 (arXiv 2205.05198) §4 count these tensors. b_act, b_logit, b_score
+are the bytes moved per element, fitted; their weight falls as h grows (elementwise ∝ L·h against
+matmuls ∝ L·h²): small models reach a lower MFU. κ is the CPU time to launch one layer's forward and
+backward kernels (PyTorch's eager mode launches each kernel from Python, and the GPU idles when its
+kernels are shorter: the reason for CUDA graphs, PyTorch "CUDA Graphs" docs): it binds for small
+models and micro-batches only.
+α_tp_pp is the TP ring step's latency inside a pipelined stage, fitted apart: on the Ultra-Scale sweep
+TP × PP layouts pay ~4 ms per layer per micro-batch and per TP rank beyond the first, independent of
+the node count and of the micro-batch (bench/RESULTS.md, issue 25), which α_tp alone cannot describe.
 A_CP is fixed at 0.3 (most of the ring exchange overlaps the attention [UP CP]) for lack of CP runs
 to fit it on.
 
 Then tokens/s/GPU = (global batch tokens / world size) / t and MFU = model FLOPs / (t · peak)
-[PaLM appendix B]. The eleven parameters (PARAMS) are fitted by least squares on log(tokens/s)
+[PaLM appendix B]. The parameters (PARAMS) are fitted by least squares on log(tokens/s)
 (scipy.optimize.least_squares, robust loss) to the user's own successful, not retired runs with a
 known precision, per GPU type and framework, aggregated per configuration in SQL (each
 configuration's best recorded tokens/s/GPU: slower repeats are contention, a configuration is as
 fast as it has been shown to run), keeping those that compete in their cell (COMPETITIVE_FRACTION).
-Runs that recorded their collective bandwidths (nanotron's "AllReduce (GB/s)",
-extra.allreduce_gb_s / ar_intra_node_gb_s) are fitted with them; targets take the median recorded at
-the same (or the nearest) node count, else the catalog's link bandwidths (core/hardware.LINKS).
+The cluster's network is read once from its runs: their recorded all-reduce bus bandwidth at the
+smallest multi-node count (network_reference), else the catalog's link bandwidths (core/hardware.LINKS).
 
 Held-out error: the leave-one-out residuals of the fit, r_i/(1−h_ii) with h the hat matrix of the
 linearised problem (Cook & Weisberg 1982, ch. 3; exact for linear least squares, first-order
-for nonlinear), reported as the median |predicted/real − 1| and used for the interval.
+for nonlinear), reported as the median |predicted/real − 1| and used for the interval (which
+recommend.predicted_for widens with the distance to the evidence: anchor.interval_halves).
 Too few configurations (< MIN_CONFIGS) → PRIOR (the fit on the Ultra-Scale Playbook sweep's
 H100 nanotron runs; see PRIOR), and the answer says so.
 """
@@ -61,32 +73,53 @@ from scipy.optimize import least_squares
 from sqlalchemy.orm import Session
 
 from core import hardware
-from service.analytics.throughput_terms import Terms, as_arrays, terms
+from service.analytics.throughput_terms import OPTIMIZER_BYTES, Terms, as_arrays, terms
 from service.tables import Run
 
-PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_x", "a_dp", "a_zero", "a_bubble", "alpha_pp_x", "a_act",
-          "a_logit")
+PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_pp", "alpha_tp_x", "a_dp", "a_dp_n", "a_zero", "a_bubble",
+          "alpha_pp_x", "b_act", "b_logit", "b_score")
 #: the documented prior: the fit on the Ultra-Scale Playbook sweep (all 12 cells of bench_calibration.csv,
 #: H100 nanotron, pre-fix pipeline runs retired as bench/recommend_loo.py does), rounded; used when a
-#: group has too few configurations, and as the fit's starting point. Except k_h: the GEMM-width term is
-#: weakly identified on the sweep (h/tp ≥ 256 everywhere): the fit on all 12 cells drives it to ~0, fits on
-#: subsets settle anywhere from 10 to 70, and a start at 0 lands the fits without the 8.86B runs in a worse
-#: minimum (held-out 8.86B error 5.1 % against 2.2 % from 37: bench/RESULTS.md). The prior keeps 37, the
-#: value of the stop-14 fit, so that the fallback keeps a GEMM-width effect (e = 0.93·e_max at h/tp = 512)
-PRIOR = {"e_max": 0.59, "k_h": 37.0, "a_tp": 1.02, "alpha_tp": 2.3e-4, "alpha_tp_x": 3e-3, "a_dp": 1.22, "a_zero": 0.6,
-         "a_bubble": 1.03, "alpha_pp_x": 1.1e-3, "a_act": 1.32e5, "a_logit": 3.1e4}
-_LOWER = {"e_max": 0.05, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "alpha_tp_x": 0.0, "a_dp": 0.0, "a_zero": 0.0,
-          "a_bubble": 0.3, "alpha_pp_x": 0.0, "a_act": 0.0, "a_logit": 0.0}
-_UPPER = {"e_max": 1.0, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "alpha_tp_x": 0.5, "a_dp": 3.0, "a_zero": 3.0,
-          "a_bubble": 4.0, "alpha_pp_x": 0.5, "a_act": 1e6, "a_logit": 1e6}
+#: group has too few configurations, and as the fit's starting point. k_h keeps 37: the GEMM-width term is
+#: weakly identified on the sweep (h/tp ≥ 256 everywhere; the full fit drives it to ~0, fits on subsets
+#: anywhere from 10 to 70), and the fallback keeps a GEMM-width effect (e = 0.93·e_max at h/tp = 512).
+#: alpha_tp_x and b_score stay at values set by hand (no competitive run of the sweep has TP across
+#: nodes, none runs without FlashAttention): 30 µs per ring step across nodes (the sweep's TP16 layouts
+#: over 2 nodes, which the fit leaves out as slow, pay ~3 ms per layer per micro-batch more than TP8:
+#: ~0.8 ms per collective over its 30 ring steps) and 45 bytes per score element (Korthikanti et al.'s
+#: 5 bytes stored per score element, written and read by the softmax and dropout forward, twice that
+#: backward)
+PRIOR = {"e_max": 0.63, "k_h": 37.0, "a_tp": 0.72, "alpha_tp": 3e-5, "alpha_tp_pp": 4.3e-5, "alpha_tp_x": 3e-5,
+         "a_dp": 3.3, "a_dp_n": 0.056, "a_zero": 3.8, "a_bubble": 0.91, "alpha_pp_x": 1.2e-3, "b_act": 650.0,
+         "b_logit": 82.0, "b_score": 45.0}
+_LOWER = {"e_max": 0.05, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "alpha_tp_pp": 0.0, "alpha_tp_x": 0.0, "a_dp": 0.0,
+          "a_dp_n": 0.0, "a_zero": 0.0, "a_bubble": 0.3, "alpha_pp_x": 0.0, "b_act": 0.0, "b_logit": 0.0,
+          "b_score": 0.0}
+#: e_max ≤ 0.9: no dense bf16 GEMM reaches more of the datasheet peak (NVIDIA's own H100 GEMM benchmarks
+#: reach ~75–80 %); the bytes per element are bounded by a few hundred passes over the tensor
+_UPPER = {"e_max": 0.9, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "alpha_tp_pp": 0.05, "alpha_tp_x": 0.5,
+          "a_dp": 10.0, "a_dp_n": 3.0, "a_zero": 10.0, "a_bubble": 4.0, "alpha_pp_x": 0.5, "b_act": 5000.0,
+          "b_logit": 2000.0, "b_score": 500.0}
 A_CP = 0.3
+#: exponent of the smooth maximum of the GPU's time and the CPU's launch time (the GPU cannot run ahead
+#: of the kernels the CPU has not launched yet): (gpu⁴ + cpu⁴)^¼ is within 19 % of max(gpu, cpu) at
+#: equality and within 1 % once one is twice the other
+LAUNCH_SMOOTHING = 4.0
+#: κ, the CPU time to launch one layer's forward and backward kernels in eager PyTorch: ~30 kernels (norms,
+#: projections, attention, MLP, residuals, and their backward) at ~10 µs each (PyTorch's per-op dispatch
+#: plus cudaLaunchKernel; PyTorch "CUDA Graphs" documentation: launch overhead dominates small kernels).
+#: Set, not fitted: fitted to the Ultra-Scale sweep it took 3.8 ms, a per-micro-batch penalty that explained
+#: noise and made micro-batch 1 lose every near-tie (leave-one-cell-out 9 of 12 against 12 of 12 without it,
+#: bench/RESULTS.md); its H100 kernels are long enough that 0.3 ms never binds there
+LAUNCH_S_PER_LAYER = 3e-4
 MIN_CONFIGS = 8
 #: a parameter is fitted only when at least MIN_SUPPORT fitted configurations exercise its term (the Terms
 #: field that multiplies it is non-zero); otherwise no run says anything about it and it stays at the PRIOR
 #: (e.g. α_tp_x without a competitive configuration whose TP spans nodes)
 MIN_SUPPORT = 3
-_SUPPORT = {"a_tp": "tp_bytes", "alpha_tp": "tp_collectives", "alpha_tp_x": "tp_inter", "a_dp": "dp_bytes",
-            "a_zero": "zero_gather_bytes", "alpha_pp_x": "pp_inter", "a_bubble": "pp_messages"}
+_SUPPORT = {"a_tp": "tp_bytes", "alpha_tp": "tp_collectives", "alpha_tp_pp": "tp_in_pipeline",
+            "alpha_tp_x": "tp_inter", "a_dp": "dp_bytes", "a_dp_n": "dp_nodes_log2", "a_zero": "zero_gather_bytes",
+            "alpha_pp_x": "pp_inter", "a_bubble": "pp_messages", "b_score": "score_elems"}
 #: the fit uses the configurations that compete: those within 30 % of the best tokens/s/GPU of their cell
 #: (same GPU type, framework, precision, model, seq_len, nodes × gpus per node). A configuration far slower
 #: than its cell's best is slow for reasons no term here models — a degraded or contended network, a
@@ -105,9 +138,9 @@ PRIOR_SPREAD = 0.35
 
 #: configuration columns the fit aggregates by (plus the hardware and the model)
 CONFIG_COLS = ("gpu_type", "framework", "precision", "model_params", "num_layers", "hidden_size", "num_heads",
-               "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_len", "nodes", "gpus_per_node", "dp", "tp",
-               "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps", "recompute",
-               "model_size_class")
+               "num_kv_heads", "ffn_hidden_size", "vocab_size", "gated_linear_unit", "seq_len", "nodes",
+               "gpus_per_node", "dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps",
+               "recompute", "model_size_class")
 
 
 def step_time(t: dict[str, Any] | Terms, p: dict[str, float]) -> Any:
@@ -115,13 +148,20 @@ def step_time(t: dict[str, Any] | Terms, p: dict[str, float]) -> Any:
     many) under parameters `p`. Returns (total, compute, tp, dp, bubble, other) — floats or arrays."""
     g = t if isinstance(t, dict) else t.__dict__
     eff = p["e_max"] * g["h_shard"] / (g["h_shard"] + p["k_h"])
-    mean = (g["hw_flops"] / eff + p["a_act"] * g["act_elems"] + p["a_logit"] * g["logit_elems"]) / g["peak_flops"]
+    gpu = (g["hw_flops"] / (eff * g["peak_flops"])
+           + (p["b_act"] * g["act_elems"] + p["b_logit"] * g["logit_elems"] + p["b_score"] * g["score_elems"])
+           / g["hbm_bw"])
+    cpu = LAUNCH_S_PER_LAYER * g["layer_passes"]
+    mean = (gpu ** LAUNCH_SMOOTHING + cpu ** LAUNCH_SMOOTHING) ** (1.0 / LAUNCH_SMOOTHING)
     r = g["stage_imbalance"]
     compute = mean * r
-    bubble = mean * p["a_bubble"] * (g["pp"] - r) / g["micro_batches"]
     tp = (p["a_tp"] * g["tp_bytes"] / g["tp_bw"]
-          + (p["alpha_tp"] + p["alpha_tp_x"] * g["tp_inter"]) * g["tp_collectives"])
-    dp = (p["a_dp"] * g["dp_bytes"] + p["a_zero"] * g["zero_gather_bytes"]) / g["dp_bw"]
+          + (p["alpha_tp"] + p["alpha_tp_pp"] * g["tp_in_pipeline"] + p["alpha_tp_x"] * g["tp_inter"])
+          * g["tp_ring_steps"])
+    bubble = (mean + tp) * p["a_bubble"] * (g["pp"] - r) / g["micro_batches"]
+    dp = ((1.0 + p["a_dp_n"] * g["dp_nodes_log2"]) * (p["a_dp"] * g["dp_bytes"] + p["a_zero"] * g["zero_gather_bytes"])
+          / g["dp_bw"]
+          + OPTIMIZER_BYTES * g["opt_params"] / g["hbm_bw"])
     other = (A_CP * g["cp_bytes"] / g["cp_bw"] + g["pp_bytes"] / g["pp_bw"]
              + p["alpha_pp_x"] * g["pp_messages"] * g["pp_inter"])
     return compute + bubble + tp + dp + other, compute, tp, dp, bubble, other
@@ -149,6 +189,7 @@ class Fit:
     loo_log_sigma: float = PRIOR_SPREAD / 1.2816
     reason: str | None = None
     n_not_competitive: int = 0
+    network_gb_s: float | None = None
 
     def describe(self) -> dict[str, Any]:
         """The fit as the API shows it."""
@@ -160,12 +201,29 @@ class Fit:
                 "params": {k: float(f"{v:.4g}") for k, v in self.params.items()}, "reason": self.reason}
 
 
-def config_terms(row: dict[str, Any]) -> Terms | None:
-    """Terms of an aggregated configuration row (its recorded bandwidths used), None if incomplete."""
+def config_terms(row: dict[str, Any], network_gb_s: float | None = None) -> Terms | None:
+    """Terms of an aggregated configuration row (its recorded intra-node bandwidth used; the
+    cluster's network reference `network_gb_s`, network_reference), None if incomplete."""
     try:
-        return terms(row, dp_bw_recorded=row.get("allreduce_gb_s"), intra_bw_recorded=row.get("ar_intra_gb_s"))
+        return terms(row, network_gb_s=network_gb_s, intra_bw_recorded=row.get("ar_intra_gb_s"))
     except (ValueError, ZeroDivisionError):
         return None
+
+
+def network_reference(rows: list[dict[str, Any]], gpu_type: str | None) -> tuple[float | None, str]:
+    """The cluster's full-node all-reduce bus bandwidth across nodes (GB/s) as `gpu_type`'s runs
+    recorded it: the median of their recorded all-reduce bandwidth (allreduce_gb_s) at the smallest
+    node count above 1 that recorded one — the least latency-bound reading (the sweep's halves with
+    every doubling of nodes, while the gradient reduction's own time grows far less: throughput_terms,
+    dp_nodes_log2). (None, why) when none recorded it: the catalog's line rate is used."""
+    by_nodes: dict[int, list[float]] = {}
+    for r in rows:
+        if r["gpu_type"] == gpu_type and (r.get("nodes") or 0) > 1 and r.get("allreduce_gb_s"):
+            by_nodes.setdefault(int(r["nodes"]), []).append(float(r["allreduce_gb_s"]))
+    if not by_nodes:
+        return None, "catalog network line rate (no run recorded its all-reduce bandwidth across nodes)"
+    n = min(by_nodes)
+    return statistics.median(by_nodes[n]), f"the all-reduce bandwidth recorded at {n} nodes (median)"
 
 
 def cell_key(r: dict[str, Any]) -> tuple:
@@ -183,17 +241,22 @@ def competitive(usable: list[tuple[dict[str, Any], Terms]]) -> list[tuple[dict[s
     return [(r, t) for r, t in usable if float(r["tokens_per_sec_per_gpu"]) >= COMPETITIVE_FRACTION * best[cell_key(r)]]
 
 
-def fit(rows: list[dict[str, Any]], group: dict[str, Any]) -> Fit:
+def fit(rows: list[dict[str, Any]], group: dict[str, Any], network_gb_s: float | None = None, *,
+        terms_of: Any = None) -> Fit:
     """Least-squares fit of the parameters to configuration rows (load_configs' dicts with
-    `tokens_per_sec_per_gpu`, `n_runs`, `first_id`): those that compete in their cell (competitive()).
+    `tokens_per_sec_per_gpu`, `n_runs`, `first_id`): those that compete in their cell (competitive()),
+    costed with the cluster's network reference `network_gb_s` (GB/s, network_reference; None: the
+    catalog's; `terms_of(row)` replaces config_terms(row, network_gb_s) when given: Model's memo).
     Fewer than MIN_CONFIGS such rows → the PRIOR, with the reason."""
-    costed = [(r, t) for r in rows if (t := config_terms(r)) is not None and r.get("tokens_per_sec_per_gpu")]
+    terms_of = terms_of or (lambda r: config_terms(r, network_gb_s))
+    costed = [(r, t) for r in rows if (t := terms_of(r)) is not None and r.get("tokens_per_sec_per_gpu")]
     usable = competitive(costed)
     n_runs = sum(int(r.get("n_runs") or 1) for r, _ in usable)
     ids = [int(r["first_id"]) for r, _ in usable if r.get("first_id") is not None]
     slow = len(costed) - len(usable)
     if len(usable) < MIN_CONFIGS:
         return Fit(dict(PRIOR), "prior", group, len(usable), n_runs, ids, n_not_competitive=slow,
+                   network_gb_s=network_gb_s,
                    reason=f"{len(usable)} usable configuration(s) < {MIN_CONFIGS}: the documented prior "
                           "(fit on the Ultra-Scale Playbook sweep, H100 nanotron) is used")
     arr = as_arrays([t for _, t in usable])
@@ -217,6 +280,7 @@ def fit(rows: list[dict[str, Any]], group: dict[str, Any]) -> Fit:
     hat = np.einsum("ij,jk,ik->i", jac, np.linalg.pinv(jac.T @ jac), jac)
     loo = res.fun / np.clip(1.0 - hat, 0.05, None)
     return Fit(params(res.x), "fitted", group, len(usable), n_runs, ids, n_not_competitive=slow,
+               network_gb_s=network_gb_s,
                loo_median_rel_err=float(np.median(np.abs(np.expm1(loo)))),
                loo_log_q80=float(np.quantile(np.abs(loo), 0.8)),
                loo_log_sigma=float(1.4826 * np.median(np.abs(loo))))
@@ -301,7 +365,31 @@ class Model:
     def __init__(self, rows: list[dict[str, Any]]):
         self.rows = rows
         self._fits: dict[tuple, Fit] = {}
-        self._bw: dict[tuple, tuple[float | None, float | None, str]] = {}
+        self._net: dict[str | None, tuple[float | None, str]] = {}
+        self._intra: dict[str | None, float | None] = {}
+        self._terms: dict[tuple[int, float | None], Terms | None] = {}
+
+    def terms_of(self, row: dict[str, Any], network_gb_s: float | None) -> Terms | None:
+        """config_terms(row, network_gb_s), once per row of this request (the fit, the anchoring and
+        the evidence all cost the same recorded rows)."""
+        key = (id(row), network_gb_s)
+        if key not in self._terms:
+            self._terms[key] = config_terms(row, network_gb_s)
+        return self._terms[key]
+
+    def network(self, gpu_type: str | None) -> tuple[float | None, str]:
+        """network_reference of `gpu_type` over the request's rows (once per GPU type)."""
+        if gpu_type not in self._net:
+            self._net[gpu_type] = network_reference(self.rows, gpu_type)
+        return self._net[gpu_type]
+
+    def intra(self, gpu_type: str | None) -> float | None:
+        """Median recorded intra-node all-reduce bus bandwidth (GB/s) of `gpu_type`'s runs, None → catalog."""
+        if gpu_type not in self._intra:
+            vals = [float(r["ar_intra_gb_s"]) for r in self.rows
+                    if r["gpu_type"] == gpu_type and r.get("ar_intra_gb_s")]
+            self._intra[gpu_type] = statistics.median(vals) if vals else None
+        return self._intra[gpu_type]
 
     def fit_for(self, gpu_type: str | None, framework: str | None) -> Fit:
         """The fit for a target GPU type and framework: the runs of that pair; else the same
@@ -311,7 +399,9 @@ class Model:
         if key in self._fits:
             return self._fits[key]
         same = [r for r in self.rows if r["gpu_type"] == gpu_type and r["framework"] == framework]
-        result = fit(same, {"gpu_type": gpu_type, "framework": framework})
+        net = self.network(gpu_type)[0]
+        result = fit(same, {"gpu_type": gpu_type, "framework": framework}, net,
+                     terms_of=lambda r: self.terms_of(r, net))
         if result.status == "prior":
             by_gpu: dict[str, list[dict[str, Any]]] = {}
             for r in self.rows:
@@ -319,58 +409,36 @@ class Model:
                     by_gpu.setdefault(r["gpu_type"], []).append(r)
             if by_gpu:
                 other = max(by_gpu, key=lambda g: (len(by_gpu[g]), g))
-                moved = fit(by_gpu[other], {"gpu_type": other, "framework": framework})
+                other_net = self.network(other)[0]
+                moved = fit(by_gpu[other], {"gpu_type": other, "framework": framework}, other_net,
+                            terms_of=lambda r: self.terms_of(r, other_net))
                 if moved.status == "fitted":
                     moved.reason = (f"{len(same)} configuration(s) of {framework} on {gpu_type}: fitted on "
                                     f"{other} runs and carried to {gpu_type} through the catalog's peak "
-                                    "FLOP/s and link bandwidths")
+                                    "FLOP/s, HBM and link bandwidths")
                     moved.loo_log_q80 *= 1.5
                     moved.loo_log_sigma *= 1.5
                     result = moved
         self._fits[key] = result
         return result
 
-    def bandwidths(self, gpu_type: str | None, nodes: int) -> tuple[float | None, float | None, str]:
-        """Median recorded (inter-node all-reduce, intra-node all-reduce) GB/s of `gpu_type`'s runs
-        at `nodes` nodes, else at the nearest node count that recorded them; (None, None) → catalog."""
-        if (gpu_type, nodes) not in self._bw:
-            self._bw[(gpu_type, nodes)] = self._bandwidths(gpu_type, nodes)
-        return self._bw[(gpu_type, nodes)]
-
-    def _bandwidths(self, gpu_type: str | None, nodes: int) -> tuple[float | None, float | None, str]:
-        by_nodes: dict[int, tuple[list[float], list[float]]] = {}
-        for r in self.rows:
-            if r["gpu_type"] == gpu_type and r["nodes"] and (r["allreduce_gb_s"] or r["ar_intra_gb_s"]):
-                inter, intra = by_nodes.setdefault(int(r["nodes"]), ([], []))
-                if r["allreduce_gb_s"]:
-                    inter.append(float(r["allreduce_gb_s"]))
-                if r["ar_intra_gb_s"]:
-                    intra.append(float(r["ar_intra_gb_s"]))
-        if not by_nodes:
-            return None, None, "catalog link bandwidths (no run recorded its collective bandwidths)"
-        near = min(by_nodes, key=lambda n: (abs(math.log(n / nodes)), -n))
-        inter, intra = by_nodes[near]
-        return (statistics.median(inter) if inter else None, statistics.median(intra) if intra else None,
-                f"median all-reduce bandwidth recorded at {near} node(s)"
-                + ("" if near == nodes else f" (none recorded at {nodes})"))
-
-    def predict(self, cfg: dict[str, Any], framework: str | None, *, widen: float = 0.0) -> dict[str, Any]:
+    def predict(self, cfg: dict[str, Any], framework: str | None) -> dict[str, Any]:
         """Prediction for configuration `cfg` (run-record fields, with the target's model, seq_len,
         nodes, gpus_per_node, gpu_type, precision): tokens_per_sec_per_gpu, mfu, step_time_s, the
-        step-time breakdown (s), interval [lo, hi] of tokens/s/GPU, the fit it came from.
-        `widen`: extra relative uncertainty for extrapolation (the evidence's distance).
+        step-time breakdown (s), interval [lo, hi] of tokens/s/GPU (the fit's held-out 80 % error;
+        recommend.predicted_for widens it for extrapolation), the fit it came from.
         Raises ValueError when the config cannot be costed (unknown GPU, missing seq_len)."""
         gpu = hardware.canonical_gpu_type(cfg.get("gpu_type"))
         f = self.fit_for(gpu, framework)
-        inter, intra, bw_source = self.bandwidths(gpu, int(cfg.get("nodes") or 1))
-        t = terms(cfg, dp_bw_recorded=inter, intra_bw_recorded=intra)
+        network, bw_source = self.network(gpu)
+        t = terms(cfg, network_gb_s=network, intra_bw_recorded=self.intra(gpu))
         total, compute, tp, dp, bubble, other = step_time(t, f.params)
         tps = t.tokens_per_gpu / total
-        half = f.loo_log_q80 * (1.0 + widen)
+        half = f.loo_log_q80
         return {"tokens_per_sec_per_gpu": tps, "mfu": t.model_flops / (total * t.peak_flops),
                 "step_time_s": total,
                 "breakdown_s": {"compute": compute, "pipeline_bubble": bubble, "tp_comm": tp, "dp_comm": dp,
                                 "other": other},
                 "interval": [tps * math.exp(-half), tps * math.exp(half)],
-                "bandwidth_source": bw_source if t.dp_bytes else None,
+                "bandwidth_source": bw_source if t.dp_nodes_log2 or t.tp_inter else None,
                 "fit": (f.group.get("gpu_type"), f.group.get("framework"), f.status)}

@@ -31,11 +31,14 @@ parameters. Sources, cited again at each formula:
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from core import hardware
 from core.model import ModelShape, flops_per_token, resolve_shape, stage_split
+from core.record import get_field
 
 _BF16 = 2
 _FP32 = 4
@@ -54,10 +57,16 @@ class Terms:
     tp_bytes, tp_bw: TP collective volume through each GPU's link and the link's bandwidth;
     tp_collectives: how many TP collectives the step launches (each pays a latency: Hockney's
         α–β model, Hockney 1994, "The communication challenge for MPP");
-    dp_bytes, dp_bw: DP/ZeRO collective volume and bandwidth (recorded when the run carries it);
-        across nodes, the group's share of each node's links (dp_ranks_per_node() = k): k /
-        gpus_per_node of a recorded full-node bandwidth (a group with 2 ranks per node gets 2/8 of
-        it), or k × the catalog's per-GPU link at CATALOG_NETWORK_EFFICIENCY;
+    dp_bytes, dp_bw: DP/ZeRO collective volume and bandwidth; across nodes, the group's share of
+        each node's links (dp_ranks_per_node() = k): k / gpus_per_node of the cluster's full-node
+        bus bandwidth (terms' network_gb_s; a group with 2 ranks per node gets 2/8 of it);
+    dp_nodes_log2: log2 of the nodes the gradient-reduction group spans (0 inside a node): the
+        reduction's time grows with it beyond what its bus bandwidth says (the ring's 2(n−1)
+        latency-bound steps, NCCL's tree depth log2 n; Thakur et al. 2005) — on the Ultra-Scale
+        sweep the exposed time of the same gradient buffer grows ×1.2–1.4 per doubling of nodes
+        (2 → 8 nodes: 1.34B 58 → 103 ms, 3.57B 138 → 228 ms), while its recorded all-reduce
+        bandwidth halves (a latency-bound test message), so the bandwidth is read once per cluster
+        and this growth is fitted (throughput.py: a_dp_n);
     zero_gather_bytes: ZeRO-1/2's all-gather of the updated bf16 parameter shards after the
         optimizer step — apart from dp_bytes (the gradients' reduce-scatter), as it cannot overlap
         the backward pass as DDP's bucketed reduction does ([UP "ZeRO-1"]: "an all-gather after the
@@ -78,8 +87,19 @@ class Terms:
         PP): stage_imbalance();
     act_elems, logit_elems: elements of the h-wide activations over all layers (tokens·L·h) and of
         the V-wide logits (tokens·V) per GPU per step, the memory-bound elementwise work around the
-        matmuls (throughput.py: a_act, a_logit); per GPU, as TP (with sequence parallelism) and PP
-        split them with the tokens;
+        matmuls (throughput.py: b_act, b_logit bytes moved per element); per GPU, as TP (with
+        sequence parallelism) and PP split them with the tokens; × 4/3 with full recompute (the
+        recomputed forward moves them again: forward 1, backward 2, recompute 1);
+    score_elems: attention-score elements (tokens·L·a·s, causal half not skipped) per GPU per step
+        when the attention core is NOT fused (no FlashAttention, Dao et al. 2022): the s×s scores
+        are written, masked, softmaxed (and dropped out) in HBM, [K22 §4.1]'s 5·a·s bytes per token
+        per layer of stored activations; 0 with FlashAttention, which keeps them on chip;
+    hbm_bw: the GPU's HBM bandwidth, bytes/s (hardware catalog, datasheets), which the
+        memory-bound work runs at (the roofline's memory-bound side, Williams et al. 2009);
+    opt_params: parameters whose optimizer update this GPU runs: N/(tp·pp), over dp·cp with ZeRO ≥ 1
+        (ZeRO §5: each rank steps its own shard) — a memory-bound pass of OPTIMIZER_BYTES each;
+    layer_passes: layer forward+backward passes per GPU per step, L/pp × m (× 4/3 with full
+        recompute): the unit of the per-layer CPU launch time (throughput.py: LAUNCH_S_PER_LAYER);
     tokens_per_gpu: global batch tokens / world size.
     """
 
@@ -94,6 +114,8 @@ class Terms:
     tp_bytes: float
     tp_bw: float
     tp_collectives: float
+    tp_ring_steps: float
+    tp_in_pipeline: float
     tp_inter: float
     dp_bytes: float
     dp_bw: float
@@ -107,6 +129,11 @@ class Terms:
     stage_imbalance: float
     act_elems: float
     logit_elems: float
+    score_elems: float
+    hbm_bw: float
+    opt_params: float
+    layer_passes: float
+    dp_nodes_log2: float
     tokens_per_gpu: float
     dp_bw_source: str
 
@@ -116,9 +143,21 @@ def _int(cfg: dict[str, Any], key: str, default: int = 1) -> int:
     return default if value in (None, "") else int(value)
 
 
+#: the record fields resolve_shape reads (core/model.py)
+_SHAPE_FIELDS = ("model_params", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "ffn_hidden_size",
+                 "vocab_size", "gated_linear_unit", "tie_word_embeddings")
+
+
 def model_dims(cfg: dict[str, Any]) -> ModelShape:
-    """The model's dims (reported, else inferred from model_params as the memory model does)."""
-    return resolve_shape(cfg, [])
+    """The model's dims (reported, else inferred from model_params as the memory model does). The
+    same dims give the same shape: resolved once per distinct dims (_shape) — a request costs
+    thousands of configurations of a handful of models. Callers must not mutate it."""
+    return _shape(tuple(get_field(cfg, k) for k in _SHAPE_FIELDS))
+
+
+@functools.lru_cache(maxsize=1024)
+def _shape(values: tuple) -> ModelShape:
+    return resolve_shape(dict(zip(_SHAPE_FIELDS, values)), [])
 
 
 def stage_imbalance(model: ModelShape, pp: int, seq: int, framework: str | None) -> float:
@@ -145,13 +184,18 @@ def stage_imbalance(model: ModelShape, pp: int, seq: int, framework: str | None)
     return max(stage) / (sum(stage) / pp)
 
 
-#: achieved fraction of the catalog's per-GPU network line rate for the DP all-reduce, used only when no
-#: run of the GPU type recorded its all-reduce bandwidth (the catalog path of dp_bw): the Ultra-Scale
-#: sweep's recorded full-node all-reduce bandwidth per GPU over the 400 Gb/s (50 GB/s) NIC line rate at its
-#: largest scale, 8 nodes: 96 GB/s / 8 / 50 GB/s ≈ 0.24 (0.40 at 4 nodes, 0.82 at 2: the recorded figure
-#: halves with each doubling of nodes, so the 8-node value errs on the side of a costlier DP). It keeps the
-#: PRIOR, which was fitted on recorded bandwidths, on the same scale when it is used with the catalog's.
-CATALOG_NETWORK_EFFICIENCY = 0.24
+#: achieved fraction of the catalog's per-GPU network line rate in a full-node all-reduce across nodes,
+#: used when no run of the GPU type recorded its all-reduce bandwidth across nodes: the Ultra-Scale
+#: sweep's recorded full-node all-reduce bus bandwidth at 2 nodes (median 341 GB/s) over 8 × its 400 Gb/s
+#: (50 GB/s) NICs: 0.85. It keeps the PRIOR, fitted with the recorded reference, on the same scale.
+CATALOG_NETWORK_EFFICIENCY = 0.85
+
+#: bytes the optimizer step moves per parameter it updates: mixed-precision Adam (Kingma & Ba 2015;
+#: Micikevicius et al. 2018, arXiv 1710.03740) reads the fp32 master weight, fp32 gradient and two fp32
+#: moments (16 B), writes the master weight and the moments back (12 B) and the bf16 working copy (2 B),
+#: and the gradient-norm clipping reads the gradient once more (4 B): 34 B, at HBM speed (memory-bound,
+#: about 1 FLOP per byte)
+OPTIMIZER_BYTES = 34.0
 
 
 def dp_ranks_per_node(dp: int, tp: int, cp: int, gpus_per_node: int) -> int:
@@ -194,16 +238,18 @@ def world_layout(cfg: dict[str, Any]) -> tuple[int, int, int, int, int]:
     return int(dp), tp, pp, cp, gpn
 
 
-def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
+def terms(cfg: dict[str, Any], *, network_gb_s: float | None = None,
           intra_bw_recorded: float | None = None) -> Terms:
     """The step's physical terms for config `cfg` (run-record field names: model_params or dims,
     seq_len, nodes, gpus_per_node, gpu_type, precision, dp, tp, pp, cp, zero_stage,
     micro_batch_size, grad_accum_steps, recompute).
 
-    dp_bw_recorded / intra_bw_recorded: the all-reduce bus bandwidths (GB/s) the run measured
-    across its nodes / inside a node (nanotron "AllReduce (GB/s)", "AR Intra-node (GB/s)"); when
-    None, the catalog's link bandwidths are used. Raises ValueError naming a missing field (no
-    seq_len, unknown gpu_type, micro_batch_size or grad_accum_steps missing).
+    network_gb_s: the cluster's full-node all-reduce bus bandwidth across nodes (GB/s), as its runs
+    recorded it (throughput.network_reference: nanotron's "AllReduce (GB/s)" at the smallest
+    multi-node count); None → the catalog's per-GPU line rate × gpus_per_node ×
+    CATALOG_NETWORK_EFFICIENCY. intra_bw_recorded: the intra-node all-reduce bus bandwidth the runs
+    measured ("AR Intra-node (GB/s)"); None → the catalog's NVLink. Raises ValueError naming a
+    missing field (no seq_len, unknown gpu_type, micro_batch_size or grad_accum_steps missing).
     """
     acc = hardware.lookup(cfg.get("gpu_type"))
     if acc is None:
@@ -247,8 +293,16 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     # "AR Intra-node (GB/s)"), else the catalog's: a run whose intra-node collectives crawled pays
     # for it in its TP, CP and pipeline traffic too, not only in its DP all-reduce
     intra = (intra_bw_recorded or acc.nvlink_gb_s) * 1e9
-    tp_bw = intra if tp <= gpn else acc.network_gb_s * 1e9
+    # a TP group that spans nodes holds every GPU of its nodes: its all-reduce crosses the network
+    # over all of the node's links, the bus bandwidth of a full-node all-reduce (recorded, else the
+    # catalog's per-GPU link × gpus_per_node at CATALOG_NETWORK_EFFICIENCY)
+    full_node_inter = (network_gb_s or acc.network_gb_s * gpn * CATALOG_NETWORK_EFFICIENCY) * 1e9
+    tp_bw = intra if tp <= gpn else full_node_inter
     tp_collectives = n_coll * layers_local * gas if tp > 1 else 0.0
+    # a ring all-reduce (or reduce-scatter + all-gather pair) over t ranks takes 2(t−1) sequential
+    # steps, each paying the link latency α (Thakur, Rabenseifner & Gropp 2005, IJHPCA 19(1), §4:
+    # T = 2(p−1)α + 2(p−1)/p·nβ)
+    tp_ring_steps = tp_collectives * 2 * (tp - 1)
 
     # DP / ZeRO [UP "Data Parallelism", "ZeRO"] over dp·cp ranks, once per step, of the local
     # gradients (N/(tp·pp)). Their dtype is the accumulation buffer's: nanotron accumulates in fp32
@@ -273,9 +327,8 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     zero_gather = share * local * _BF16 if zero in (1, 2) else 0.0
     crosses = tp * cp * dp > gpn
     if crosses:  # the group's share of its nodes' network links (dp_ranks_per_node): k GPUs' worth
-        per_gpu = dp_bw_recorded / gpn if dp_bw_recorded else acc.network_gb_s * CATALOG_NETWORK_EFFICIENCY
-        dp_bw = per_gpu * 1e9 * dp_ranks_per_node(dp, tp, cp, gpn)
-        source = "recorded" if dp_bw_recorded else "catalog network"
+        dp_bw = full_node_inter / gpn * dp_ranks_per_node(dp, tp, cp, gpn)
+        source = "recorded network" if network_gb_s else "catalog network"
     else:
         dp_bw = (intra_bw_recorded or acc.nvlink_gb_s) * 1e9
         source = "recorded intra-node" if intra_bw_recorded else "catalog NVLink"
@@ -285,6 +338,15 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     kv_dim = model.kv * model.head_dim
     cp_bytes = 3 * (cp - 1) * mbs * seq / cp * 2 * kv_dim * _BF16 * layers_local * gas if cp > 1 else 0.0
     cp_bw = intra if tp * cp <= gpn else acc.network_gb_s * 1e9
+
+    # memory-bound work [throughput.py]: elementwise passes over the h-wide activations and the V-wide
+    # logits, the unfused attention core's scores, the optimizer update; all at HBM speed
+    redo = 4.0 / 3.0 if cfg.get("recompute") == "full" else 1.0
+    hbm = hardware.hbm_bytes_per_s(acc.name)
+    flash = cfg.get("flash_attention")
+    flash = True if flash is None else bool(flash) if not isinstance(flash, str) else flash.lower() in ("1", "true")
+    score_elems = 0.0 if flash else tokens_per_gpu * model.layers * model.heads * seq / cp * redo
+    opt_params = local / (n_dp if zero >= 1 else 1)
 
     # PP [NA21 §2.2]: each micro-batch's activations cross every stage boundary forward and
     # their gradients backward (point-to-point); PP is the outermost rank dimension [RANKS], so a
@@ -298,12 +360,15 @@ def terms(cfg: dict[str, Any], *, dp_bw_recorded: float | None = None,
     return Terms(hw_flops=hfpt * tokens_per_gpu, model_flops=fpt * tokens_per_gpu, peak_flops=peak,
                  mb_tokens=mbs * seq / cp, h_shard=model.h / tp, micro_batches=int(gas),
                  layers_local=layers_local, pp=pp, tp_bytes=tp_bytes, tp_bw=tp_bw,
-                 tp_collectives=tp_collectives, tp_inter=1.0 if tp > gpn else 0.0, dp_bytes=dp_bytes,
+                 tp_collectives=tp_collectives, tp_ring_steps=tp_ring_steps,
+                 tp_in_pipeline=1.0 if pp > 1 and tp > 1 else 0.0, tp_inter=1.0 if tp > gpn else 0.0, dp_bytes=dp_bytes,
                  dp_bw=dp_bw, zero_gather_bytes=zero_gather, cp_bytes=cp_bytes, cp_bw=cp_bw,
                  pp_bytes=pp_bytes, pp_bw=pp_bw, pp_messages=pp_messages,
                  pp_inter=1.0 if pp_inter else 0.0,
-                 act_elems=tokens_per_gpu * model.layers * model.h,
-                 logit_elems=tokens_per_gpu * model.vocab,
+                 act_elems=tokens_per_gpu * model.layers * model.h * redo,
+                 logit_elems=tokens_per_gpu * model.vocab, score_elems=score_elems, hbm_bw=hbm,
+                 opt_params=opt_params, layer_passes=layers_local * gas * redo,
+                 dp_nodes_log2=math.log2(tp * cp * dp / gpn) if crosses else 0.0,
                  stage_imbalance=stage_imbalance(model, pp, int(seq), cfg.get("framework")),
                  tokens_per_gpu=tokens_per_gpu, dp_bw_source=source)
 

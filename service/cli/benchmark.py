@@ -16,7 +16,7 @@ database), a `scalebook serve` subprocess on a free loopback port, then, all tim
 - single POSTs: S = min(500, N/2) one-run POSTs, latency p50/p99 in ms;
   both sent as the push client sends them (`Prefer: return=minimal`: the answer carries the ids,
   not the runs echoed back);
-- heatmap and recommend ("what worked on 8 nodes for 8B?"): median of 20 calls, ms; also the
+- heatmap, recommend ("what worked on 8 nodes for 8B?") and suggest: median of 20 calls, ms; also the
   first call of each after the server started (`*_first_ms`);
 - then, after `stored_runs` is read, each query again right after a one-run POST, 10 times
   (`*_after_post_ms`, median). Every call reads `runs` afresh: nothing is kept between requests.
@@ -396,10 +396,11 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
 
     Keys: backend, stored_runs, ingest_batch_runs_per_s, ingest_single_post_p50_ms,
     ingest_single_post_p99_ms, heatmap_ms, recommend_ms, plus heatmap_first_ms,
-    recommend_first_ms, heatmap_after_post_ms, recommend_after_post_ms (see the module
+    recommend_first_ms, heatmap_after_post_ms, recommend_after_post_ms, suggest_ms, suggest_first_ms,
+    suggest_after_post_ms (see the module
     docstring), runs, machine, database (when kept), generate_s, heatmap_cells,
     recommend_candidates. `stored_runs` is read before the after-post calls, which store
-    2 × AFTER_POST_CALLS more runs. Raises BenchError. ``progress(description, total)``, when
+    3 × AFTER_POST_CALLS more runs. Raises BenchError. ``progress(description, total)``, when
     given, makes a context manager with ``advance(n)`` (service.cli.progress) for the ingest phases.
     """
     workdir = Path(tempfile.mkdtemp(prefix="scalebook-bench-"))
@@ -415,7 +416,7 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
             batch = [next(runs) for _ in range(min(BATCH, n_batched - start))]
             payloads.append(json.dumps({"runs": batch}).encode())
         singles = [json.dumps(r).encode() for r in runs]
-        interleaved = [json.dumps(r).encode() for r in generate_runs(2 * AFTER_POST_CALLS, seed + 1,
+        interleaved = [json.dumps(r).encode() for r in generate_runs(3 * AFTER_POST_CALLS, seed + 1,
                                                                      prefix=f"bench{seed}-after", templates=templates)]
         generate_s = time.perf_counter() - t0
         log(f"generated {n} runs in {generate_s:.1f}s; starting scalebook serve on {backend}")
@@ -441,12 +442,17 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
                 heat_first, heat_ms, heat = _median_ms(client, "/api/v1/heatmap", {}, query_calls)
                 target = {"model_params": "8B", "nodes": 8, "gpus_per_node": 8}
                 rec_first, rec_ms, rec = _median_ms(client, "/api/v1/recommend", target, query_calls)
+                sug_first, sug_ms, _ = _median_ms(client, "/api/v1/suggest", target, query_calls)
                 log(f"heatmap {heat_ms:.1f} ms ({len(heat['cells'])} cells; first call {heat_first:.1f}); "
-                    f"recommend {rec_ms:.1f} ms (first call {rec_first:.1f})")
+                    f"recommend {rec_ms:.1f} ms (first call {rec_first:.1f}); "
+                    f"suggest {sug_ms:.1f} ms (first call {sug_first:.1f})")
                 stored = client.get("/api/v1/health").json()["runs"]
-                heat_after = _after_post_ms(client, interleaved[:AFTER_POST_CALLS], "/api/v1/heatmap", {})
-                rec_after = _after_post_ms(client, interleaved[AFTER_POST_CALLS:], "/api/v1/recommend", target)
-                log(f"right after a one-run POST: heatmap {heat_after:.1f} ms, recommend {rec_after:.1f} ms")
+                n_after = AFTER_POST_CALLS
+                heat_after = _after_post_ms(client, interleaved[:n_after], "/api/v1/heatmap", {})
+                rec_after = _after_post_ms(client, interleaved[n_after:2 * n_after], "/api/v1/recommend", target)
+                sug_after = _after_post_ms(client, interleaved[2 * n_after:], "/api/v1/suggest", target)
+                log(f"right after a one-run POST: heatmap {heat_after:.1f} ms, recommend {rec_after:.1f} ms, "
+                    f"suggest {sug_after:.1f} ms")
         return {
             "backend": backend,
             "stored_runs": stored,
@@ -459,6 +465,9 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
             "recommend_first_ms": round(rec_first, 3),
             "heatmap_after_post_ms": round(heat_after, 3),
             "recommend_after_post_ms": round(rec_after, 3),
+            "suggest_ms": round(sug_ms, 3),
+            "suggest_first_ms": round(sug_first, 3),
+            "suggest_after_post_ms": round(sug_after, 3),
             "runs": n,
             "batched_runs": n_batched,
             "single_posts": n_single,

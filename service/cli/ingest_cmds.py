@@ -101,7 +101,7 @@ def parse_size(text: str) -> int:
 
 def parse_field(item: str) -> tuple[str, Any]:
     """'key=value' → (field, value typed as the run record's field); 'extra.k=v' → ('extra.k', v)."""
-    from core.record import ALIASES, REPORTED_FIELDS
+    from core.record import ALIASES, REPORTED_FIELDS, parse_bool
 
     key, sep, raw = item.partition("=")
     key = key.strip()
@@ -121,6 +121,8 @@ def parse_field(item: str) -> tuple[str, Any]:
             return name, parse_size(raw) if name == "model_params" else int(raw)
         if kind == "f":
             return name, float(raw)
+        if kind == "b":
+            return name, parse_bool(name, raw)
         if kind == "j":
             return name, json.loads(raw)
     except ValueError as exc:
