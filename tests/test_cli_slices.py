@@ -30,7 +30,14 @@ def shipped(live_api, data_dir, monkeypatch):
     return live_api
 
 
-def test_heatmap_shows_and_names_one_slice(shipped, data_dir):
+def wide(monkeypatch) -> None:
+    """A 200-column console (rich fixed the CLI console's width when it was created)."""
+    from service.cli.base import console
+
+    monkeypatch.setattr(console, "width", 200)
+
+
+def test_heatmap_shows_and_names_one_slice(shipped, data_dir, monkeypatch):
     with open(data_dir / "nanotron" / "bench_sample.csv", newline="") as fh:
         sweep = list(csv.DictReader(fh))
     assert {r["seq_len"] for r in sweep} == {"4096"}  # the sweep: H100 SXM (its importer is told), 4,096 tokens
@@ -44,9 +51,10 @@ def test_heatmap_shows_and_names_one_slice(shipped, data_dir):
     bests = [c["best"] for c in body["cells"] if c["best"]]
     assert bests and {(b["gpu_type"], b["seq_len"]) for b in bests} == {("H100-SXM-80GB", 4096)}
     # widened: every GPU type and length, with the GPU in the table and a word about it
-    wide = runner.invoke(app, ["heatmap", "--all-slices"], env={"COLUMNS": "200"})
-    assert wide.exit_code == 0 and "every GPU type and sequence length mixed" in wide.output
-    assert "GPU" in wide.output and "GB300" in wide.output  # a 4-GPU GB300 node is there, and says so
+    wide(monkeypatch)
+    mixed = runner.invoke(app, ["heatmap", "--all-slices"])
+    assert mixed.exit_code == 0 and "every GPU type and sequence length mixed" in mixed.output
+    assert "GPU" in mixed.output and "GB300" in mixed.output  # a 4-GPU GB300 node is there, and says so
     everything = json.loads(runner.invoke(app, ["heatmap", "--all-slices", "--json"]).stdout)
     assert len(everything["cells"]) > len(body["cells"])
     # one of the two named: the most-recorded length on that GPU
@@ -55,8 +63,9 @@ def test_heatmap_shows_and_names_one_slice(shipped, data_dir):
     assert len({c["best"]["seq_len"] for c in b200["cells"] if c["best"]}) == 1
 
 
-def test_model_means_a_size_family_in_heatmap_and_runs(shipped):
-    grid = runner.invoke(app, ["heatmap", "--all-slices", "--model", "8B"], env={"COLUMNS": "200"})
+def test_model_means_a_size_family_in_heatmap_and_runs(shipped, monkeypatch):
+    wide(monkeypatch)
+    grid = runner.invoke(app, ["heatmap", "--all-slices", "--model", "8B"])
     assert grid.exit_code == 0, grid.output
     rows = [line for line in grid.output.splitlines() if line.startswith("│ ") and "│" in line[2:]]
     families = {line.split("│")[1].strip() for line in rows} - {""}

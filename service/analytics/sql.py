@@ -381,6 +381,7 @@ def _reader_engine(db: Database, configured: str | None) -> sa.Engine:
                                           "options": "-c default_transaction_read_only=on", "connect_timeout": 10})
             _readers[db] = engine
             weakref.finalize(db, engine.dispose)
+            db.dispose_with(engine)  # closed by db.dispose() too, not only when db is collected
         return engine
 
 

@@ -154,7 +154,8 @@ def report(summary: ImportSummary, as_json: bool) -> None:
         print_json(summary.as_dict())
         return
     console.print(f"{summary.file}: read {summary.read}, stored {summary.stored}, "
-                  f"already present {summary.already_present}, rejected {len(summary.rejected)}")
+                  f"already present {summary.already_present}, rejected {len(summary.rejected)}",
+                  markup=False, highlight=False, soft_wrap=True)  # a long path is wrapped by the terminal, never cut
     show_canonicalised(summary)
     show_rejects(summary)
 
