@@ -7,7 +7,8 @@ For each NAME=QUERY: starts nothing but the dashboard (bench/browser.start_dashb
 --api), opens /what_worked?QUERY, waits until the answer is drawn, saves NAME.png (the top of the
 page: the form, the runs measured on the target, the predictions), then presses the "What if?"
 panel's button (seeded with the answer's first complete configuration; `--whatif` overrides some
-of its fields, e.g. `tp=4,pp=2`) and saves NAME_what_if.png with the panel at the top. 1600 px wide.
+of its fields, e.g. `tp=4,pp=2`) and saves NAME_what_if.png with the panel at the top. 1280 px wide
+unless --width.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--api", required=True, help="the API the dashboard reads")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--width", type=int, default=1280)
     ap.add_argument("--height", type=int, default=1500)
     ap.add_argument("--whatif", action="append", default=[], help="NAME:field=value,… for that question's panel")
     ap.add_argument("questions", nargs="+", help="NAME=QUERY (the What worked? URL's query string)")
@@ -78,7 +80,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         proc = bb.start_dashboard(args.api, bb.free_port(), Path(tmp) / "streamlit.log")
         port = proc.args[proc.args.index("--server.port") + 1]
-        driver = bb.chromium(Path(tmp) / "profile", height=args.height)
+        driver = bb.chromium(Path(tmp) / "profile", width=args.width, height=args.height)
         try:
             for item in args.questions:
                 name, _, query = item.partition("=")

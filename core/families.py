@@ -83,6 +83,23 @@ def family_of(size_b: float) -> Family:
     return FAMILIES[-1]  # pragma: no cover - the last range is open-ended
 
 
+def family_named(text: str) -> Family:
+    """The family a user means by `text`: its label ("7–8B", "7-8B") or a size in it ("8B", "1.34B",
+    "350M", "8e9": core.record.parse_param_count) — `--model 8B` is the 7–8B family. Raises ValueError
+    naming the labels when `text` is neither."""
+    from core.record import parse_param_count
+
+    wanted = text.strip().replace("-", "–").lower()
+    for fam in FAMILIES:
+        if fam.label.lower() == wanted:
+            return fam
+    try:
+        return family_of(parse_param_count(text) / 1e9)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither a model size (8B, 1.34B, 350M, 8e9) nor a family "
+                         f"({', '.join(f.label for f in FAMILIES)})") from None
+
+
 def family_index(label: str) -> float:
     """Sort position of a row label made by :func:`row_label` (dense rows, then MoE, by size)."""
     moe = label.startswith("MoE ")

@@ -8,15 +8,19 @@ drill-downs), the CLI and the dashboard import them; the SQL form of the ranking
 - `effective_mfu(run)`: mfu_derived (computed one way for every run), else the reported mfu.
 - `best_key(run, metric)`: the best-run ranking — the higher metric first (runs without it last),
   then the higher effective MFU (runs without it last), then the lower id.
+- `best_slice(slices, most)`: the comparable slice (one GPU type, one sequence length) shown when
+  none was asked — the most-recorded one for a heatmap, the one with the most node counts for a
+  scaling curve.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["CONFIG_FIELDS", "METRICS", "best_key", "config_label", "effective_mfu", "metric_value"]
+__all__ = ["CONFIG_FIELDS", "METRICS", "best_key", "best_slice", "config_label", "effective_mfu", "metric_value",
+           "slice_key"]
 
 #: ranking metrics: tokens_per_sec_per_gpu (the default), or mfu (effective_mfu)
 METRICS = ("tokens_per_sec_per_gpu", "mfu")
@@ -79,3 +83,25 @@ def best_key(run: Run | None, metric: str = "tokens_per_sec_per_gpu") -> tuple[i
     mfu = effective_mfu(run)
     return (0, -(value if value is not None else -math.inf), 0 if mfu is not None else 1,
             -(mfu if mfu is not None else 0.0), int(run.get("id") or 0))
+
+
+def slice_key(slice_: Mapping[str, Any], most: str = "runs") -> tuple[Any, ...]:
+    """Sort key of a (GPU type, sequence length) slice, the one to show first lowest.
+
+    A slice is a mapping with "gpu_type", "seq_len", "runs" (runs recorded in it) and "node_counts"
+    (how many distinct node counts have a successful run in it). most="runs": the most runs first
+    (the sweep being worked on — the heatmap's default); most="nodes": the most node counts first,
+    then the most runs (a scaling curve needs node counts: a slice with one node count has no curve).
+    Ties: GPU type, then sequence length, in text / numeric order (the same answer every time).
+    Raises ValueError for another `most`."""
+    if most not in ("runs", "nodes"):
+        raise ValueError(f"most must be 'runs' or 'nodes', got {most!r}")
+    runs, nodes = int(slice_.get("runs") or 0), int(slice_.get("node_counts") or 0)
+    first = (-runs, -nodes) if most == "runs" else (-nodes, -runs)
+    seq = slice_.get("seq_len")
+    return (*first, str(slice_.get("gpu_type")), seq is None, int(seq or 0))
+
+
+def best_slice(slices: Iterable[Mapping[str, Any]], most: str = "runs") -> Mapping[str, Any] | None:
+    """The slice `slice_key` puts first; None when there is none."""
+    return min(slices, key=lambda s: slice_key(s, most), default=None)

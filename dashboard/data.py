@@ -83,8 +83,10 @@ def clear() -> None:
     _cached_post.clear()
 
 
-def all_runs(max_runs: int = 20_000, page_size: int = 1000, **params: Any) -> tuple[list[dict[str, Any]], int]:
-    """Follow the cursor of GET /runs up to ``max_runs``; returns (runs, total matching)."""
+def all_runs(max_runs: int | None = 20_000, page_size: int = 1000,
+             **params: Any) -> tuple[list[dict[str, Any]], int]:
+    """Follow the cursor of GET /runs up to ``max_runs`` (None: every matching run); returns
+    (runs, total matching)."""
     runs: list[dict[str, Any]] = []
     cursor = None
     total = 0
@@ -93,5 +95,5 @@ def all_runs(max_runs: int = 20_000, page_size: int = 1000, **params: Any) -> tu
         runs.extend(page["runs"])
         total = page.get("total", len(runs))
         cursor = page.get("next_cursor")
-        if not cursor or len(runs) >= max_runs:
+        if not cursor or (max_runs is not None and len(runs) >= max_runs):
             return runs[:max_runs], total

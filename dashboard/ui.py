@@ -102,15 +102,22 @@ def load_options() -> dict[str, Any]:
     return opt.options(opt.collect_runs(page.get("runs", []), cells))
 
 
+#: the "any" entry of a select box: a value of its own, never None — Streamlit serialises a None
+#: option as "no selection", so `?hm_gpu=any` came back as `hm_gpu=None` and an empty box
+ANY = "any"
+
+
 def choice(label: str, values: list[Any], key: str, fmt: Callable[[Any], str] = str, any_label: str = "any",
            bind: bool = True, help: str | None = None, default: Any = None) -> Any:
-    """A select box of ``values`` with a first "any" entry (returned as None); ``default`` is the
-    value selected when neither the URL nor the user chose one (None = "any")."""
-    options = [None, *values]
-    index = options.index(default) if default in options else 0
-    return st.selectbox(label, options, key=key, help=help, index=index,
-                        format_func=lambda v: any_label if v is None else fmt(v),
-                        bind="query-params" if bind else None)
+    """A select box of ``values`` with a first "any" entry (:data:`ANY`, returned as None);
+    ``default`` is the value selected when neither the URL nor the user chose one (None = "any").
+    Bound to the URL as ``?<key>=<label>`` (``any`` for the any entry) when it is not the default."""
+    options = [ANY, *values]
+    index = options.index(default) if default is not None and default in options else 0
+    picked = st.selectbox(label, options, key=key, help=help, index=index,
+                          format_func=lambda v: any_label if v == ANY else fmt(v),
+                          bind="query-params" if bind else None)
+    return None if picked == ANY else picked
 
 
 def default_slice(options: dict[str, Any]) -> tuple[Any, Any]:

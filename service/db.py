@@ -132,6 +132,8 @@ class Database:
 
     def __init__(self, url: str, *, echo: bool = False):
         self.url = url
+        #: closed with the engine by dispose(): pools opened for this database elsewhere (user SQL's reader)
+        self._also_dispose: list[Any] = []
         file: Path | None = None
         if url.startswith("duckdb:///"):
             path = url.removeprefix("duckdb:///").split("?", 1)[0]
@@ -151,6 +153,12 @@ class Database:
     @property
     def is_duckdb(self) -> bool:
         return self.dialect == "duckdb"
+
+    @property
+    def single_process(self) -> bool:
+        """True when one process must own the database (an embedded DuckDB file): `scalebook serve
+        --workers N` is then refused."""
+        return self.is_duckdb
 
     @property
     def write_lock(self) -> contextlib.AbstractContextManager:
@@ -231,8 +239,16 @@ class Database:
         self.check_schema()
 
     def dispose(self) -> None:
-        """Close the engine's connections."""
+        """Close the engine's connections, and those of the pools registered with `dispose_with`."""
+        for other in self._also_dispose:
+            other.dispose()
+        self._also_dispose.clear()
         self.engine.dispose()
+
+    def dispose_with(self, engine: Any) -> None:
+        """Close `engine` (anything with a dispose()) when this database is disposed: the PostgreSQL
+        reader pool of user SQL held its logins (a role limited to 16) until garbage collection."""
+        self._also_dispose.append(engine)
 
 
 _FILE_LOCKS: dict[str, threading.RLock] = {}

@@ -1,4 +1,5 @@
-"""Retired runs: kept and queryable, left out of every analytic (issue 16 item 4).
+"""Retired runs: kept and queryable, left out of every analytic (issue 16 item 4); and deleted
+runs: gone for good (issue 30 item 13, admin scope), chosen the same way.
 
 A run is retired by setting runs.retired_at (UTC, naive as every stored timestamp) and
 runs.retired_reason; un-retiring clears both. Runs are chosen by ids, or by a filter: equality on
@@ -89,4 +90,20 @@ def unretire(session: Session, ids: list[int] | None, filters: dict[str, Any] | 
     if chosen:
         session.execute(sa.update(Run).where(*conds, Run.retired_at.is_not(None))
                         .values(retired_at=None, retired_reason=None))
+    return chosen
+
+
+def matching_ids(session: Session, ids: list[int] | None, filters: dict[str, Any] | None) -> list[int]:
+    """The ids (ascending) of the runs the selection chooses, retired or not. Raises BadRequest
+    as :func:`conditions`."""
+    return list(session.scalars(sa.select(Run.id).where(*conditions(ids, filters)).order_by(Run.id)))
+
+
+def delete(session: Session, ids: list[int] | None, filters: dict[str, Any] | None) -> list[int]:
+    """Delete the chosen runs (rows gone: nothing keeps them, no analytic or SQL sees them again);
+    returns their ids (ascending). Raises BadRequest as :func:`conditions` (an empty selection is
+    refused: deleting everything by accident is not possible)."""
+    chosen = matching_ids(session, ids, filters)
+    if chosen:
+        session.execute(sa.delete(Run).where(*conditions(ids, filters), Run.id.in_(chosen)))
     return chosen

@@ -214,9 +214,12 @@ SORT_COLUMNS = ("id", "started_at", "ingested_at", "nodes", "model_params", "tok
 
 def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", limit: int = 100,
               cursor: str | None = None, started_after: datetime | None = None,
-              started_before: datetime | None = None, name_prefix: str | None = None
+              started_before: datetime | None = None, name_prefix: str | None = None,
+              retired: bool | None = None, size_range: tuple[float, float] | None = None
               ) -> tuple[list[Run], str | None, int]:
-    """A page of runs matching equality `filters`, keyset-paginated on (sort column, id).
+    """A page of runs matching equality `filters`, keyset-paginated on (sort column, id);
+    `retired` True: retired runs only, False: runs not retired, None: both. `size_range` (lo, hi):
+    model_size_class in [lo, hi) billions (a size family).
 
     Returns (runs, next_cursor or None, total matching). NULLs sort last. Raises BadRequest for
     an unknown filter/sort column or a malformed cursor.
@@ -231,6 +234,12 @@ def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", li
         conds.append(getattr(Run, name) == value)
     if name_prefix:  # LIKE with % and _ escaped: a literal prefix
         conds.append(Run.name.startswith(name_prefix, autoescape=True))
+    if retired is not None:
+        conds.append(Run.retired_at.is_not(None) if retired else Run.retired_at.is_(None))
+    if size_range is not None:
+        conds.append(Run.model_size_class >= size_range[0])
+        if size_range[1] != float("inf"):
+            conds.append(Run.model_size_class < size_range[1])
     if started_after:
         conds.append(Run.started_at >= naive_utc(started_after))
     if started_before:

@@ -138,12 +138,14 @@ def test_recommend_table_names_recompute_once_and_the_evidence_hardware(capsys, 
 
 
 def test_runs_model_is_a_size_as_everywhere_else(loaded):
-    """`scalebook runs --model 8B` filters by size (as recommend, suggest, predict, plan read --model);
-    the stored name is --model-name."""
+    """`scalebook runs --model 8B` filters by size (as recommend, suggest, predict, plan read --model):
+    the size's family, the heatmap's 7–8B row (4.7–10B, core/families.py); the stored name is
+    --model-name."""
     out = runner.invoke(app, ["runs", "--model", "8B", "-n", "200", "--json"], env=NARROW)
     assert out.exit_code == 0, out.output
     runs = json.loads(out.stdout)["runs"]
-    assert runs and all(r["model_params"] == 8_000_000_000 for r in runs)
+    assert runs and all(4.7 <= r["model_size_class"] < 10 for r in runs)
+    assert any(r["model_params"] == 8_000_000_000 for r in runs)
     name = runs[0]["model_name"]
     named = json.loads(runner.invoke(app, ["runs", "--model-name", name, "-n", "200", "--json"], env=NARROW).stdout)
     assert named["runs"] and all(r["model_name"] == name for r in named["runs"])

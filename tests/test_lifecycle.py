@@ -91,7 +91,8 @@ def test_serve_stops_cleanly_and_keeps_what_it_acknowledged(db_url, tmp_path, si
 @pytest.mark.slow
 def test_up_from_a_clean_data_dir_serves_the_example_data_and_stops_on_sigterm(tmp_path):
     """The quick start: `scalebook up` on an empty data dir migrates the embedded DuckDB, imports
-    examples/data and starts the dashboard; SIGTERM stops the API and the dashboard, exit 0."""
+    examples/data and starts the dashboard; SIGTERM stops the API and the dashboard, exit 0. The
+    terminal shows the import and what is up, not the servers' logs (those are in data/logs/)."""
     port, dash_port = free_port(), free_port()
     data_dir = tmp_path / "data"
     up = Proc(tmp_path, ["up", "--port", str(port), "--dashboard-port", str(dash_port)],
@@ -104,6 +105,13 @@ def test_up_from_a_clean_data_dir_serves_the_example_data_and_stops_on_sigterm(t
         heatmap = httpx.get(f"{up.base}/api/v1/heatmap", params={"framework": "nanotron"}).json()["cells"]
         assert heatmap and all(c["best"] is None or c["best"]["framework"] == "nanotron" for c in heatmap)
         assert any(c["best"] for c in heatmap)
+        up.wait_until(lambda: "scalebook is up" in up.output(), "the closing line")
+        terminal = up.output()
+        assert f"Logs: {data_dir / 'logs'}" in " ".join(terminal.split())
+        # the servers' own lines are in their logs, not between the import's lines
+        assert "GET /api/v1" not in terminal and "INFO:" not in terminal and "You can now view" not in terminal
+        assert "GET /api/v1/health" in (data_dir / "logs" / "api.log").read_text()
+        assert "1 rejected" in terminal and "world_size 16384" in terminal  # a reject's reason, on screen
     finally:
         rc = up.stop(signal.SIGTERM)
     assert rc == 0, up.output()[-3000:]

@@ -145,7 +145,9 @@ def test_plan_smollm3_worked_example(client):
     body = client.get("/api/v1/plan", params=params).json()
     exact = 6 * 3e9 * 11e12 / (720e12 * 0.30 * 28 * 86400)  # = 378.9
     assert body["gpus_exact"] == pytest.approx(exact) and body["gpus"] == 379 == math.ceil(exact)
-    assert body["nodes"] == 48 and body["gpu_hours"] == pytest.approx(379 * 24 * 28)
+    # booked in whole nodes: 48 × 8 = 384 GPUs (SmolLM3 trained on 384 H100s), and their GPU-hours
+    assert body["nodes"] == 48 and body["gpus_booked"] == 384 and body["gpu_hours"] == pytest.approx(384 * 24 * 28)
+    assert body["flops_formula"] == "6·N" and body["total_flops"] == pytest.approx(6 * 3e9 * 11e12)
     assert body["mfu_source"] == "given" and body["peak_source"] == "given"
     assert body["tokens"] == 11 * 10**12 and body["model_params"] == 3 * 10**9
     for tokens in ("1.1e13", "11000000000000", "11,000B"):
@@ -184,6 +186,7 @@ def test_plan_takes_mfu_from_the_models_prediction(nanotron_client):
     assert body["gpus_exact"] == pytest.approx(exact)
     assert body["gpus"] == math.ceil(exact) and body["nodes"] == math.ceil(math.ceil(exact) / 8)
     assert body["total_flops"] > 6 * 1.34e9 * 100e9  # attention FLOPs counted, as in the MFU
+    assert body["flops_formula"] == "6·N + 12·L·h·s" and body["total_flops"] == body["flops_per_token"] * 100e9
     assert body["mfu_run"]["evidence_run_ids"]
     # asked in fp8: the MFU is predicted in fp8 and planned against the fp8 peak (one precision for both)
     fp8 = nanotron_client.get("/api/v1/plan", params={"model_params": "1.34B", "tokens": "100B", "days": 7,
@@ -219,7 +222,11 @@ def test_scaling_and_plan_cli(live_api, data_dir):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["gpus"] == 379
     result = runner.invoke(app, args)
-    assert result.exit_code == 0 and "379 GPUs" in result.stdout and "48 nodes" in result.stdout
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert text.startswith("384 GPUs (48 nodes × 8) for 3B params on 11T tokens in 28 days")
+    assert "379 GPUs' worth of compute (378.9 exactly)" in text
+    assert "training FLOPs (6·N per token × tokens)" in text and "258,048 GPU-hours booked" in text
 
 
 def test_plan_says_at_which_scale_its_mfu_was_predicted(nanotron_client):
@@ -237,5 +244,30 @@ def test_plan_says_at_which_scale_its_mfu_was_predicted(nanotron_client):
     pred = nanotron_client.post("/api/v1/predict", json={
         "model_params": "1.34B", "nodes": at, "gpu_type": "H100", **body["mfu_run"]["config"]}).json()
     assert body["mfu"] == pytest.approx(pred["predicted"]["mfu"])
-    note = next(n for n in body["notes"] if n.startswith("the MFU is predicted at"))
+    note = next(n for n in body["notes"] if n.startswith("MFU predicted at"))
     assert f"predicted at {at} nodes" in note and f"planned {planned}" in note and "global batch" in note
+
+
+def test_scaling_picks_the_slice_with_the_most_node_counts(client):
+    """Issue 30 item 9: ten runs of 8B at one node count on one GPU type and length, one run at each of
+    three node counts on another: the curve is the one with three points (the most-recorded slice has
+    no curve), and the answer says which slice and why; the heatmap's slices list both."""
+    base = {"model_params": 8_030_261_248, "gpus_per_node": 8, "tp": 1, "pp": 1, "status": "success",
+            "precision": "bf16"}
+    runs = [{**base, "run_key": f"long{i}", "nodes": 1, "dp": 8, "gpu_type": "H100-SXM-96GB-HBM2e",
+             "seq_len": 131072, "tokens_per_sec_per_gpu": 1000.0 + i} for i in range(10)]
+    runs += [{**base, "run_key": f"curve{n}", "nodes": n, "dp": 8 * n, "gpu_type": "H100-SXM-80GB", "seq_len": 8192,
+              "tokens_per_sec_per_gpu": 9000.0 - 100 * n} for n in (1, 2, 4)]
+    assert client.post("/api/v1/runs", json={"runs": runs}).status_code == 201
+    body = client.get("/api/v1/scaling", params={"model_params": "8B"}).json()
+    assert [p["nodes"] for p in body["points"]] == [1, 2, 4]
+    assert (body["gpu_type"], body["seq_len"]) == ("H100-SXM-80GB", 8192)
+    assert any("2 GPU type × sequence length slices; using H100-SXM-80GB at sequence length 8,192 (3 node counts, "
+               "the most; 3 runs)" in n for n in body["notes"]), body["notes"]
+    asked = client.get("/api/v1/scaling", params={"model_params": "8B", "gpu_type": "H100-SXM-96GB-HBM2e"}).json()
+    assert [p["nodes"] for p in asked["points"]] == [1] and asked["seq_len"] == 131072
+    by_runs = client.get("/api/v1/heatmap/slices").json()["slices"]
+    assert [(s["gpu_type"], s["runs"], s["node_counts"]) for s in by_runs] == [
+        ("H100-SXM-96GB-HBM2e", 10, 1), ("H100-SXM-80GB", 3, 3)]
+    by_nodes = client.get("/api/v1/heatmap/slices", params={"most": "nodes"}).json()["slices"]
+    assert by_nodes[0]["gpu_type"] == "H100-SXM-80GB"

@@ -298,3 +298,27 @@ def test_sql_cli_formats(live_api, data_dir):
 
     result = runner.invoke(app, ["sql", "DELETE FROM runs"])
     assert result.exit_code == 1 and "only SELECT" in result.output
+
+
+@pytest.mark.parametrize(("query", "missing", "suggested"), [
+    ("SELECT tokens_per_sec_per_gup FROM runs", "tokens_per_sec_per_gup", ["tokens_per_sec_per_gpu"]),
+    ("SELECT model_name, nodse FROM runs", "nodse", ["nodes"]),
+    ("SELECT id FROM runs WHERE mfu_derivd > 0.3", "mfu_derivd", ["mfu_derived"]),
+    ("SELECT modle, nodes FROM runs", "modle", ["model_name", "model_params", "model_size_class"]),
+    ("WITH t AS (SELECT nodes FROM runs) SELECT nodez FROM t", "nodez", ["nodes"]),
+])
+def test_a_mistyped_column_gets_the_runs_columns_nearest_to_it(client, query, missing, suggested):
+    """On DuckDB the sandbox holds only the columns a query names, so the database's own hint
+    ("candidate bindings") offered the query's other columns (`nodse` → model_name): the answer
+    names the missing column and the nearest columns of the whole runs table, on both backends."""
+    client.post("/api/v1/runs", json={"model_params": 8_000_000_000, "nodes": 1, "gpus_per_node": 8, "dp": 8})
+    r = sql(client, query)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["code"] == "query_rejected" and err["details"][0]["value"] == missing
+    hint = " or ".join(repr(c) for c in suggested)
+    assert err["message"] == f"runs has no column {missing!r}; did you mean {hint}?"
+    assert "Candidate bindings" not in err["message"] and "LINE 1" not in err["message"]
+    # aliases and CTE columns are not mistaken for missing columns
+    ok = sql(client, "WITH t AS (SELECT nodes AS n FROM runs) SELECT n, count(*) AS c FROM t GROUP BY n ORDER BY c")
+    assert ok.status_code == 200 and ok.json()["rows"] == [[1, 1]]

@@ -14,7 +14,7 @@ runs = body.get("runs", [])
 if not runs:
     st.info("No run matches these filters.")
     st.stop()
-view.table(runs)
+view.table(runs, query, sort, body.get("total", len(runs)))
 
 st.subheader("Run detail")
 view.detail(runs)

@@ -1,5 +1,6 @@
 """Scaling & planner: throughput and efficiency against nodes with the Amdahl fit, and how many
-GPUs a training run needs (GPUs = 6·N·tokens / (peak · MFU · time), MFU from recorded runs)."""
+GPUs a training run needs (GPUs = FLOPs per token · tokens / (peak · MFU · time), booked in whole
+nodes; MFU given, or the throughput model's prediction)."""
 
 import streamlit as st
 

@@ -18,13 +18,27 @@ CELL_KEY = "hm_cell"
 _LAST_CLICK = "hm_last_click"
 #: the default zoom shows at most this many node counts (the smallest ones), so the configuration
 #: text fits the cells; the Nodes slider widens it
-DEFAULT_MAX_COLUMNS = 10
+DEFAULT_MAX_COLUMNS = 6
 
 
-def widen() -> None:
-    """"Every GPU type and sequence length": the filters of the comparable slice set to "any"."""
-    st.session_state["hm_gpu"] = None
-    st.session_state["hm_seq"] = None
+def _url_with(changes: dict[str, str | None]) -> str:
+    """This page's query string with `changes` applied (None removes a parameter)."""
+    from urllib.parse import urlencode
+
+    params = [(k, v) for k in st.query_params for v in st.query_params.get_all(k) if k not in changes]
+    params += [(k, v) for k, v in changes.items() if v is not None]
+    return "?" + urlencode(params)
+
+
+def slice_link(label: str, changes: dict[str, str | None]) -> None:
+    """A link that reloads this page with `changes` in its URL (same tab), as opening a shared link
+    does: the widgets read their values from the URL. (Setting a bound widget's value from a
+    callback left the URL unchanged and logged a Session State warning; st.page_link to the same
+    page kept the old URL.)"""
+    import html
+
+    st.markdown(f'<a href="{html.escape(_url_with(changes))}" target="_self">{html.escape(label)}</a>',
+                unsafe_allow_html=True)
 
 
 def slice_note(options: dict[str, Any], params: dict[str, Any]) -> None:
@@ -33,16 +47,17 @@ def slice_note(options: dict[str, Any], params: dict[str, Any]) -> None:
     if gpu is None:
         return
     shown = params.get("gpu_type"), params.get("seq_len")
-    c1, c2 = st.columns([4, 1], vertical_alignment="center")
     if shown == (gpu, seq):
         runs = options["slice"][2]
-        c1.info(f"Showing the most-recorded comparable slice: **{gpu}**, sequence length **{seq:,}** "
-                f"({runs:,} runs), so every cell compares like with like. ", icon=":material/filter_alt:")
-        c2.button("All GPUs & lengths", on_click=widen, key="hm_widen", icon=":material/zoom_out_map:",
-                  help="show every GPU type and sequence length (one click back: pick them in the sidebar)")
+        st.info(f"Showing the most-recorded comparable slice: **{gpu}**, sequence length **{seq:,}** "
+                f"({runs:,} runs), so every cell compares like with like.", icon=":material/filter_alt:")
+        slice_link("⤢ All GPUs & lengths (every GPU type and sequence length, mixed)",
+                   {"hm_gpu": ui.ANY, "hm_seq": ui.ANY, "hm_cell": None})
     elif shown == (None, None):
-        c1.caption("Every GPU type and sequence length are mixed in these cells (a 4-GPU GB300 node and an 8-GPU "
+        st.caption("Every GPU type and sequence length are mixed in these cells (a 4-GPU GB300 node and an 8-GPU "
                    "H100 node share a column): pick a GPU type and sequence length in the sidebar to compare.")
+        slice_link(f"Back to the most-recorded slice ({gpu}, sequence length {seq:,})",
+                   {"hm_gpu": None, "hm_seq": None, "hm_cell": None})
 
 
 def zoom(rows: list[str], nodes: list[int]) -> tuple[list[str], list[int]]:

@@ -18,6 +18,7 @@ _SIGNATURE = "runs_signature"
 COLUMNS = {
     "mfu": "MFU", "tokens_per_sec_per_gpu": "tok/s/GPU", "peak_memory_gib": "peak GiB", "size_B": "size (B)",
     "global_batch_tokens": "batch tokens", "started_at": "started",
+    "retired": st.column_config.TextColumn("retired", help="a retired run is kept but left out of every analytic"),
 }
 
 
@@ -36,6 +37,10 @@ def filters(options: dict[str, list[Any]]) -> tuple[dict[str, Any], str, int]:
             "error_class": ui.choice("Error class", options.get("error_class", []), "runs_err"),
             "source": ui.choice("Source", options.get("source", []), "runs_source"),
         }
+        shown = st.radio("Retired runs", list(rl.RETIRED_CHOICES), key="runs_retired", horizontal=True,
+                         bind="query-params", help="retired runs are kept and listed, but every analytic leaves "
+                                                   "them out; 'only' lists them alone")
+        f["retired"] = rl.RETIRED_CHOICES[shown]
         sort = st.selectbox("Sort", list(rl.SORT_CHOICES), format_func=rl.SORT_CHOICES.get, key="runs_sort",
                             bind="query-params")
         limit = st.selectbox("Rows per page", [25, 50, 100, 250, 1000], index=2, key="runs_limit")
@@ -65,10 +70,17 @@ def page(query: dict[str, Any], sort: str, limit: int) -> dict[str, Any]:
     return body
 
 
-def table(runs: list[dict[str, Any]]) -> None:
-    """The page as a table plus its CSV (every field)."""
+def table(runs: list[dict[str, Any]], query: dict[str, Any], sort: str, total: int) -> None:
+    """The page as a table, plus CSV downloads of this page and of EVERY matching run (all pages,
+    fetched when clicked; every field, as `scalebook export` writes it)."""
     st.dataframe(rl.styled(rl.runs_table(runs)), hide_index=True, column_config=COLUMNS, key="runs_table")
-    ui.csv_download("This page as CSV", lambda: rl.runs_csv(runs), "scalebook-runs.csv", key="runs_csv")
+    c1, c2, _ = st.columns([1, 1, 2])
+    with c1:
+        ui.csv_download(f"All {total:,} matching runs as CSV",
+                        lambda: rl.runs_csv(data.all_runs(max_runs=None, sort=sort, **query)[0]),
+                        "scalebook-runs.csv", key="runs_csv_all")
+    with c2:
+        ui.csv_download("This page as CSV", lambda: rl.runs_csv(runs), "scalebook-runs-page.csv", key="runs_csv")
 
 
 def detail(runs: list[dict[str, Any]]) -> None:
@@ -78,12 +90,19 @@ def detail(runs: list[dict[str, Any]]) -> None:
     with ui.api_errors(stop=False):
         run = data.get(f"/runs/{int(run_id)}")
         st.markdown(f"**{run_title(run)}**")
+        if run.get("retired_at"):
+            st.badge("retired", icon=":material/archive:", color="orange")
+            st.caption(f"Retired {str(run['retired_at'])[:16].replace('T', ' ')} UTC — "
+                       f"{run.get('retired_reason') or 'no reason given'}. Kept and listed here; the heatmap, "
+                       "recommendations and fits leave it out.")
         sections = rl.detail_sections(run)
-        cols = st.columns(3)
+        cols = st.columns(2)  # two wide columns: field names such as tokens_per_sec_per_gpu stay whole
         for i, (name, frame) in enumerate(sections.items()):
-            with cols[i % 3]:
+            with cols[i % 2]:
                 st.markdown(f"*{name}*")
-                st.table(frame.set_index("field"))
+                st.dataframe(frame, hide_index=True, key=f"runs_detail_{name}", width="stretch",
+                             column_config={"field": st.column_config.TextColumn("field", width="medium"),
+                                            "value": st.column_config.TextColumn("value", width="large")})
         retire(run)
 
 
@@ -135,4 +154,5 @@ def compare(runs: list[dict[str, Any]]) -> None:
         st.caption(f"{len(differing)} field(s) differ (highlighted): {', '.join(differing[:12])}"
                    f"{' …' if len(differing) > 12 else ''}")
         st.dataframe(rl.style_differences(frame, differing), key="runs_cmp_table",
-                     height=min(900, 35 * (len(frame) + 1) + 5))
+                     height=min(900, 35 * (len(frame) + 1) + 5),
+                     column_config={"_index": st.column_config.TextColumn("field", width="medium")})

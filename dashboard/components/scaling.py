@@ -100,8 +100,9 @@ def scaling(options: dict[str, list[Any]], cells: list[dict[str, Any]]) -> None:
 
 
 def planner(options: dict[str, list[Any]]) -> None:
-    """GPUs = 6·N·tokens / (peak · MFU · time) (C ≈ 6·N·D, Kaplan et al. 2020), the MFU the
-    throughput model predicts for the target unless given."""
+    """GPUs = FLOPs per token · tokens / (peak · MFU · time), booked in whole nodes: 6·N per token
+    with a given MFU (C ≈ 6·N·D, Kaplan et al. 2020), 6·N + 12·L·h·s with the MFU the throughput model
+    predicts for the target (PaLM, appendix B)."""
     with st.form("plan_form", border=True):
         c = st.columns(6)
         d = PLAN_DEFAULTS

@@ -71,3 +71,42 @@ def run_title(run: Run) -> str:
         config_label(run),
         run.get("status"),
     ) if p)
+
+
+#: fields shown as a percentage (fractions in the API)
+_PERCENT_FIELDS = frozenset({"mfu", "hfu", "mfu_derived", "hfu_derived"})
+#: fields with a unit appended, and how many decimals
+_UNITS = {"tokens_per_sec_per_gpu": ("tok/s", 0), "tflops_per_gpu": ("TFLOP/s", 1), "peak_tflops": ("TFLOP/s", 0),
+          "step_time_s": ("s", 3), "allreduce_gb_s": ("GB/s", 1), "ar_intra_node_gb_s": ("GB/s", 1)}
+#: integer fields printed as they are (identifiers and small degrees: no thousands separator)
+_PLAIN_INTS = frozenset({"id", "dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "grad_accum_steps",
+                         "nodes", "gpus_per_node", "num_layers", "num_heads", "num_kv_heads"})
+
+
+def field_value(name: str, value: Any) -> str:
+    """A run field's value for people, by the field's name: MFU/HFU as percentages ("50.5%"),
+    memory in GiB ("25.1 GiB"), throughput and TFLOP/s with their units and separators, a parameter
+    count with its size ("70,000,000,000 (70B)"), other numbers with thousands separators and
+    never in exponent form; "—" for a missing value; text as it is; JSON as JSON."""
+    import json
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else str(value)
+    if name in _PERCENT_FIELDS:
+        return pct(float(value))
+    if name.endswith("_gib"):
+        return f"{value:,.1f} GiB"
+    if name in _UNITS:
+        unit, digits = _UNITS[name]
+        return f"{value:,.{digits}f} {unit}"
+    if name == "model_params":
+        return f"{int(value):,} ({size_label(value / 1e9) if value >= 1e9 else f'{value / 1e6:g}M'})"
+    if name == "model_size_class":
+        return size_label(float(value))
+    if isinstance(value, int):
+        return str(value) if name in _PLAIN_INTS else f"{value:,}"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:,.4g}"

@@ -54,8 +54,10 @@ FAILED_TEXT = "#b2182b"
 NO_MFU_COLOR = "#dbe7f3"
 #: cell lines longer than this wrap at a space ("DP16 TP2 PP8 EP32" → "DP16 TP2 PP8" / "EP32")
 LINE_CHARS = 15
-#: usable plot width in pixels assumed when sizing the cell text (wide layout with the sidebar open)
-PLOT_WIDTH_PX = 1150
+#: plot width in pixels assumed when sizing the cell text: a 1280-px window with the sidebar open
+#: leaves the chart ~700 px (150 of them for the row labels); wider windows get the same text in
+#: wider cells, never text wider than its cell
+PLOT_WIDTH_PX = 700
 
 
 def cell_label(cell: Cell) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from core.record import STATUSES  # noqa: F401 - the one status list, used by the runs page
-from dashboard.logic.fmt import config_label, effective_mfu
+from dashboard.logic.fmt import config_label, effective_mfu, field_value
 
 Run = Mapping[str, Any]
 
@@ -29,7 +29,7 @@ SORT_CHOICES = {
 }
 
 #: the columns of the runs table, in order
-TABLE_COLUMNS = ["id", "started_at", "model_name", "size_B", "nodes", "gpu_type", "config", "status",
+TABLE_COLUMNS = ["id", "started_at", "model_name", "size_B", "nodes", "gpu_type", "config", "status", "retired",
                  "tokens_per_sec_per_gpu", "mfu", "peak_memory_gib", "seq_len", "global_batch_tokens",
                  "framework", "error_class", "source"]
 
@@ -44,7 +44,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
                 "hfu", "hfu_derived", "peak_tflops", "peak_memory_gib", "reserved_memory_gib", "step_time_s",
                 "error_class", "error_message"),
     "software": ("framework", "framework_version", "torch_version", "cuda_version", "nccl_version"),
-    "provenance": ("id", "run_key", "name", "source", "started_at", "ingested_at", "fingerprint"),
+    "provenance": ("id", "run_key", "name", "source", "started_at", "ingested_at", "fingerprint", "retired_at",
+                   "retired_reason"),
 }
 
 
@@ -53,7 +54,7 @@ def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
     rows = [{
         "id": r.get("id"), "started_at": r.get("started_at"), "model_name": r.get("model_name"),
         "size_B": r.get("model_size_class"), "nodes": r.get("nodes"), "gpu_type": r.get("gpu_type"),
-        "config": config_label(r), "status": r.get("status"),
+        "config": config_label(r), "status": r.get("status"), "retired": retired_text(r),
         "tokens_per_sec_per_gpu": r.get("tokens_per_sec_per_gpu"), "mfu": effective_mfu(r),
         "peak_memory_gib": r.get("peak_memory_gib"), "seq_len": r.get("seq_len"),
         "global_batch_tokens": r.get("global_batch_tokens"), "framework": r.get("framework"),
@@ -63,6 +64,17 @@ def runs_table(runs: Sequence[Run]) -> pd.DataFrame:
 
 
 MISSING = "—"
+
+
+def retired_text(run: Run) -> str | None:
+    """"retired: <reason>" for a retired run (left out of every analytic), None otherwise."""
+    if not run.get("retired_at"):
+        return None
+    return f"retired: {run.get('retired_reason') or 'no reason given'}"
+
+
+#: the Runs page's choice of retired runs → GET /runs `retired`
+RETIRED_CHOICES = {"shown": None, "hidden": False, "only": True}
 
 #: display formats of the runs table's numeric columns (missing values show as MISSING)
 TABLE_FORMATS: dict[str, Any] = {
@@ -115,22 +127,15 @@ def detail_sections(run: Run) -> dict[str, pd.DataFrame]:
     ``extra`` comes last, flattened one level."""
     out: dict[str, pd.DataFrame] = {}
     for section, fields in SECTIONS.items():
-        rows = [(f, _text(run.get(f)) if run.get(f) is not None else UNKNOWN_DEGREE) for f in fields
+        rows = [(f, field_value(f, run.get(f)) if run.get(f) is not None else UNKNOWN_DEGREE) for f in fields
                 if run.get(f) is not None or f in ("dp", "tp", "pp", "cp")]
         if rows:
             out[section] = pd.DataFrame(rows, columns=["field", "value"])
     extra = run.get("extra")
     if isinstance(extra, dict) and extra:
-        out["extra"] = pd.DataFrame([(k, _text(v)) for k, v in sorted(extra.items())], columns=["field", "value"])
+        out["extra"] = pd.DataFrame([(k, field_value(k, v)) for k, v in sorted(extra.items())],
+                                    columns=["field", "value"])
     return out
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True)
-    return str(value)
 
 
 def _same(values: Iterable[Any]) -> bool:
@@ -165,13 +170,14 @@ def compare_runs(runs: Sequence[Run], only_differences: bool = False) -> tuple[p
     differing = [n for n, vals in table.items() if not _same(vals)]
     shown = differing if only_differences else names
     columns = [f"#{r.get('id')}" for r in runs]
-    frame = pd.DataFrame([[_cell(v) for v in table[n]] for n in shown], index=pd.Index(shown, name="field"),
+    frame = pd.DataFrame([[_cell(n, v) for v in table[n]] for n in shown], index=pd.Index(shown, name="field"),
                          columns=columns)
     return frame, differing
 
 
-def _cell(value: Any) -> str:
-    return MISSING if value is None else _text(value)
+def _cell(name: str, value: Any) -> str:
+    """A compared value, formatted by its field (``extra.allreduce_gb_s`` as allreduce_gb_s)."""
+    return MISSING if value is None else field_value(name.removeprefix("extra."), value)
 
 
 DIFF_STYLE = "background-color: #fff3b0; font-weight: 600"

@@ -155,11 +155,13 @@ def figure(frame: pd.DataFrame, curve: pd.DataFrame, title: str = "") -> go.Figu
 
 
 PLAN_LABELS = {
-    "gpus": "GPUs", "gpus_exact": "GPUs (exact)", "nodes": "nodes", "gpus_per_node": "GPUs per node",
+    "gpus_booked": "GPUs booked (whole nodes)", "nodes": "nodes", "gpus_per_node": "GPUs per node",
+    "gpus": "GPUs the compute needs", "gpus_exact": "GPUs (exact)",
     "gpu_type": "GPU type", "mfu": "MFU", "mfu_source": "MFU from", "peak_tflops": "peak TFLOP/s per GPU",
     "peak_source": "peak from", "model_params": "parameters", "model_size_class": "model size class (B)",
-    "tokens": "training tokens", "days": "days", "total_flops": "training FLOPs (6·N·tokens)",
-    "gpu_hours": "GPU-hours (GPUs × days)", "gpu_hours_compute": "GPU-hours of compute",
+    "tokens": "training tokens", "days": "days", "total_flops": "training FLOPs",
+    "flops_per_token": "FLOPs per token",
+    "gpu_hours": "GPU-hours booked (GPUs booked × 24 × days)", "gpu_hours_compute": "GPU-hours of compute",
 }
 EFFICIENCY_LABELS = {
     "predicted_efficiency": "Amdahl efficiency at the planned nodes",
@@ -169,13 +171,25 @@ EFFICIENCY_LABELS = {
     "serial_fraction": "serial fraction", "source": "scaling fit",
 }
 #: shown elsewhere (headline, captions) rather than in the table
-PLAN_SKIP = {"notes", "formula", "mfu_run", "efficiency"}
+PLAN_SKIP = {"notes", "formula", "mfu_run", "efficiency", "flops_formula"}
+#: quantities written as powers of ten (a FLOP count as papers write it, never 5.164e+22)
+_POWERS = {"total_flops", "flops_per_token"}
 _PERCENT = {"mfu", "predicted_efficiency", "relative_to_reference", "serial_fraction"}
+
+
+def power_of_ten(x: float, digits: int = 3) -> str:
+    """5.164e22 → "5.16×10²²"; below 10⁶ with separators."""
+    if abs(x) < 1e6:
+        return f"{x:,.0f}"
+    mantissa, exponent = f"{x:.{digits - 1}e}".split("e")
+    return f"{mantissa}×10{str(int(exponent)).translate(str.maketrans('-0123456789', '⁻⁰¹²³⁴⁵⁶⁷⁸⁹'))}"
 
 
 def _show(key: str, value: Any) -> str:
     if key in _PERCENT and isinstance(value, (int, float)):
         return pct(float(value), 2 if key == "serial_fraction" else 1)
+    if key in _POWERS and isinstance(value, (int, float)):
+        return power_of_ten(float(value))
     if isinstance(value, float):
         return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:.3e}"
     if isinstance(value, int) and not isinstance(value, bool):
@@ -192,7 +206,10 @@ def plan_rows(plan: Mapping[str, Any]) -> pd.DataFrame:
     at that scale, then anything else the API added."""
     keys = [k for k in PLAN_LABELS if k in plan]
     keys += sorted(k for k in plan if k not in PLAN_LABELS and k not in PLAN_SKIP)
-    rows = [(PLAN_LABELS.get(k, k), _show(k, plan[k])) for k in keys if plan[k] is not None]
+    formula = plan.get("flops_formula")
+    labels = {**PLAN_LABELS, **({"total_flops": f"training FLOPs (({formula})·tokens)",
+                                 "flops_per_token": f"FLOPs per token ({formula})"} if formula else {})}
+    rows = [(labels.get(k, k), _show(k, plan[k])) for k in keys if plan[k] is not None]
     eff = plan.get("efficiency") or {}
     rows += [(EFFICIENCY_LABELS.get(k, k), _show(k, v)) for k, v in eff.items()
              if v is not None and k != "serial_fraction_stderr"]
@@ -200,13 +217,15 @@ def plan_rows(plan: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def plan_headline(plan: Mapping[str, Any]) -> str:
-    """"≈ 379 GPUs (48 nodes) at MFU 30.0% (given) and 720 TFLOP/s peak (given)", plus the count
-    with the Amdahl scaling loss when the API estimated it."""
-    gpus = plan.get("gpus")
-    nodes = plan.get("nodes")
-    text = f"≈ {gpus:,.0f} GPUs" if isinstance(gpus, (int, float)) else "GPUs: ?"
-    if isinstance(nodes, (int, float)):
-        text += f" ({nodes:,.0f} nodes)"
+    """"384 GPUs (48 nodes × 8; the compute needs 379) at MFU 30.0% (given) and 720 TFLOP/s peak
+    (given)", plus the count with the Amdahl scaling loss when the API estimated it."""
+    gpus, nodes, booked = plan.get("gpus"), plan.get("nodes"), plan.get("gpus_booked")
+    if isinstance(booked, (int, float)) and isinstance(nodes, (int, float)):
+        text = f"{booked:,.0f} GPUs ({nodes:,.0f} nodes × {plan.get('gpus_per_node')}; the compute needs {gpus:,})"
+    else:
+        text = f"≈ {gpus:,.0f} GPUs" if isinstance(gpus, (int, float)) else "GPUs: ?"
+        if isinstance(nodes, (int, float)):
+            text += f" ({nodes:,.0f} nodes)"
     if plan.get("mfu") is not None:
         text += f" at MFU {pct(float(plan['mfu']))}"
         if plan.get("mfu_source"):

@@ -81,10 +81,12 @@ class Reject:
 
 @dataclass
 class ParseResult:
-    """What a parser returns: ``records`` (run-record dicts) and ``rejects`` (:class:`Reject`)."""
+    """What a parser returns: ``records`` (run-record dicts), ``lines`` (the 1-based line in the
+    file where each record's row starts, parallel to ``records``) and ``rejects`` (:class:`Reject`)."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
     rejects: list[Reject] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
 
 
 class RowError(ValueError):
@@ -514,4 +516,5 @@ def parse_rows(path: str | os.PathLike, defaults: Mapping[str, Any], *, required
             continue
         record["run_key"] = keys.make(key_for(raw.cells))
         result.records.append(record)
+        result.lines.append(raw.line_no)
     return result

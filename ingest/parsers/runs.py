@@ -133,6 +133,7 @@ def parse_rows(rows: Iterable[tuple[int, Any]], *, where: str, server_columns: S
         if unknown:
             record["extra"] = {**(record.get("extra") or {}), **unknown}
         result.records.append(_as_reported(record))
+        result.lines.append(line_no)
     return result
 
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from core import hardware
-from core.rules import METRICS
+from core.rules import METRICS, slice_key
 from service.errors import BadRequest
 from service.ranking import SqlExpr, best_order
 from service.tables import Run
@@ -184,3 +184,22 @@ def cell_runs(session: Session, filters: HeatmapFilters, model_size_class: float
     return list(session.scalars(
         sa.select(Run).where(*filters.conditions(), Run.model_size_class == model_size_class, Run.nodes == nodes)
         .order_by(Run.status != "success", *best_order(value, mfu, Run.id)).limit(limit)))
+
+
+def slices(session: Session, filters: HeatmapFilters, model_size_class: float | None = None,
+           most: str = "runs") -> list[dict[str, Any]]:
+    """The (GPU type, sequence length) slices of the runs the filters choose (of one size class when
+    given): [{"gpu_type", "seq_len", "runs" (every status), "successes", "node_counts" (distinct node
+    counts with a successful run)}], the one to show first first (core.rules.slice_key, `most`).
+    Runs without a GPU type or sequence length belong to no slice."""
+    conds = [*filters.conditions(), Run.gpu_type.is_not(None), Run.seq_len.is_not(None)]
+    if model_size_class is not None:
+        conds.append(Run.model_size_class == model_size_class)
+    ok = Run.status == SUCCESS_LITERAL
+    rows = session.execute(
+        sa.select(Run.gpu_type, Run.seq_len, sa.func.count().label("runs"), sa.func.count().filter(ok).label("ok"),
+                  sa.func.count(sa.distinct(Run.nodes)).filter(ok).label("node_counts"))
+        .where(*conds).group_by(Run.gpu_type, Run.seq_len)).all()
+    out = [{"gpu_type": r.gpu_type, "seq_len": int(r.seq_len), "runs": int(r.runs), "successes": int(r.ok),
+            "node_counts": int(r.node_counts or 0)} for r in rows]
+    return sorted(out, key=lambda s: slice_key(s, most))

@@ -3,7 +3,11 @@
 Compute budget (Kaplan et al. 2020 / Chinchilla's C ≈ 6·N·D training FLOPs; the SmolLM3 blog and the
 Ultra-Scale Playbook size clusters this way):
 
-    GPUs = 6 · N · tokens / (peak_flops_per_gpu · MFU · seconds)
+    GPUs = FLOPs per token · tokens / (peak_flops_per_gpu · MFU · seconds)
+
+with 6·N FLOPs per token for a given MFU, and the 6·N + 12·L·h·s the throughput model counts for its
+predicted MFU (below). The cluster is booked in whole nodes: ceil(GPUs / gpus_per_node) nodes, and
+the GPU-hours are those of every booked GPU.
 
 With the SmolLM3 inputs (3B parameters, 11T tokens, 28 days, 720 TFLOP/s, 30 % MFU):
 6·3e9·11e12 / (720e12·0.30·28·86400) = 378.9 → 379 GPUs.
@@ -156,8 +160,10 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
     Units: peak_tflops TFLOP/s per GPU (dense), mfu a fraction in (0, 1], days wall-clock days.
     Returns {"model_params", "model_size_class", "tokens", "days", "gpu_type", "gpus_per_node", "mfu",
     "mfu_source" ("given" | "nearest run #id (size class, nodes, gpu)"), "mfu_run", "peak_tflops",
-    "peak_source" ("given" | "catalog: <entry> (<source>)"), "total_flops", "gpus_exact", "gpus" (ceil),
-    "nodes" (ceil(gpus / gpus_per_node)), "gpu_hours" (gpus × 24 × days), "gpu_hours_compute"
+    "peak_source" ("given" | "catalog: <entry> (<source>)"), "flops_per_token", "flops_formula" (what
+    it counts: "6·N" or "6·N + 12·L·h·s"), "total_flops", "gpus_exact", "gpus" (ceil: the GPUs the
+    compute needs), "nodes" (ceil(gpus / gpus_per_node)), "gpus_booked" (nodes × gpus_per_node: a
+    cluster is booked in whole nodes), "gpu_hours" (gpus_booked × 24 × days), "gpu_hours_compute"
     (total_flops / (peak·MFU) / 3600), "efficiency" {...} | None, "formula", "notes"}.
     Raises BadRequest for unreadable or out-of-range inputs, an unknown GPU without peak_tflops, or no
     MFU (none given and no recorded run has one).
@@ -220,7 +226,8 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
     # the FLOPs the MFU is a fraction of: 6·N per token for a given MFU (Kaplan et al. 2020, C ≈ 6·N·D);
     # the model FLOPs its prediction counts, 6N + 12·L·h·s per token, for a predicted one — so that the
     # GPUs are those that deliver the predicted tokens/s/GPU
-    fpt = mfu_run["flops_per_token"] if mfu_run and mfu_run.get("flops_per_token") else 6.0 * n_params
+    predicted_fpt = bool(mfu_run and mfu_run.get("flops_per_token"))
+    fpt = mfu_run["flops_per_token"] if predicted_fpt and mfu_run else 6.0 * n_params
     total_flops = fpt * n_tokens
     gpus_exact = total_flops / (peak_tflops * 1e12 * mfu * seconds)
     gpus = max(1, math.ceil(gpus_exact - 1e-9))
@@ -230,10 +237,12 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         "gpu_type": canonical_gpu or gpu_type, "gpus_per_node": gpus_per_node,
         "mfu": mfu, "mfu_source": mfu_source, "mfu_run": mfu_run,
         "peak_tflops": peak_tflops, "peak_source": peak_source,
+        "flops_per_token": fpt, "flops_formula": "6·N + 12·L·h·s" if predicted_fpt else "6·N",
         "total_flops": total_flops, "gpus_exact": gpus_exact, "gpus": gpus, "nodes": nodes,
-        "gpu_hours": gpus * 24.0 * days, "gpu_hours_compute": total_flops / (peak_tflops * 1e12 * mfu) / 3600.0,
-        "formula": ("GPUs = 6·N·tokens / (peak · MFU · time)" if mfu_run is None else
-                    "GPUs = (6N + 12·L·h·s)·tokens / (peak · MFU · time) = tokens / (predicted tokens/s/GPU · time)"),
+        "gpus_booked": nodes * gpus_per_node, "gpu_hours": nodes * gpus_per_node * 24.0 * days,
+        "gpu_hours_compute": total_flops / (peak_tflops * 1e12 * mfu) / 3600.0,
+        "formula": ("GPUs = 6·N·tokens / (peak · MFU · time)" if not predicted_fpt else
+                    "GPUs = (6·N + 12·L·h·s)·tokens / (peak · MFU · time) = tokens / (predicted tokens/s/GPU · time)"),
         "efficiency": None, "notes": notes,
     }
     if mfu_run is None:
@@ -255,20 +264,20 @@ def _counts_above(nodes: int, tries: int = 8) -> list[int]:
 
 
 def _scale_note(mfu_run: dict[str, Any], nodes: int) -> str:
-    """What the planned node count's MFU rests on: a prediction at that very scale, above it (safe
-    side), or below it (the larger scale's communication not in it)."""
+    """What the planned node count's MFU rests on, in short sentences: a prediction at that very
+    scale, above it (safe side), or below it (the larger scale's communication not in it); then the
+    batch it was predicted for."""
     at, gap = mfu_run["nodes"], mfu_run.get("unpredictable")
-    batch = (f" for a {mfu_run['global_batch_tokens']:,}-token global batch of {mfu_run['seq_len']:,}-token "
-             "sequences (the nearest recorded configuration's: a plan takes no batch)")
+    batch = (f" Batch: {mfu_run['global_batch_tokens']:,} tokens per step in {mfu_run['seq_len']:,}-token "
+             "sequences (the nearest recorded configuration's global batch: a plan takes none).")
     if at == nodes:
-        return (f"the MFU is predicted at the planned {nodes} nodes{batch}: the model's communication terms "
-                "carry the loss of efficiency at that scale")
+        return f"MFU predicted at the planned {nodes} nodes, with the communication cost of that scale.{batch}"
     why = f" ({gap['nodes']} nodes: {gap['reason']})" if gap else ""
     if at > nodes:
-        return (f"the MFU is predicted at {at} nodes{batch}, the nearest scale above the planned {nodes} where "
-                f"a configuration can be proposed{why}; the DP all-reduce costs a little less at {nodes}")
-    return (f"the MFU is predicted at {at} nodes{batch}, not at the planned {nodes}{why}: the communication cost of "
-            f"{nodes} nodes is not in it, so the plan may need more GPUs than it says")
+        return (f"MFU predicted at {at} nodes, the nearest scale above the planned {nodes} where a layout can be "
+                f"proposed{why}. On the safe side: the DP all-reduce costs a little less at {nodes} nodes.{batch}")
+    return (f"MFU predicted at {at} nodes, not at the planned {nodes}{why}. The communication cost of {nodes} "
+            f"nodes is not in it: the plan may need more GPUs than it says.{batch}")
 
 
 def _efficiency(session: Session, mfu_run: dict | None, size_class: float, gpu: str | None, nodes: int,

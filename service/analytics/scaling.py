@@ -26,7 +26,6 @@ n = 1 + 1/s, reported in nodes as `nodes_at_50pct_efficiency = n₀ · (1 + 1/s)
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from core import hardware
-from core.rules import CONFIG_FIELDS
+from core.rules import CONFIG_FIELDS, best_slice
 from service.analytics.heatmap import METRICS, metric_expr
 from service.errors import BadRequest, NotFound
 from service.ranking import best_order
@@ -110,28 +109,41 @@ def fit_amdahl(n_rel: Sequence[float], speedup: Sequence[float]) -> dict[str, An
     }
 
 
-def _pin(session: Session, column, given, conds: list, notes: list[str], what: str):
-    """Restrict `conds` to one value of `column`: the given one, else the value with the most
-    runs (noting the choice when several were measured). Returns the value used (None if none)."""
-    value = given or None  # "" (an empty query parameter) means "not given", as before
-    if value is None:
-        value, k = _most_common(session, column, conds)
-        if k > 1:
-            notes.append(f"runs of this size class were measured at {k} {what}; using {value} "
-                         f"(the most runs): pass {column.key} to choose")
-    if value is not None:
-        conds.append(column == value)
-    return value
-
-
-def _most_common(session: Session, column, conds: list) -> tuple[Any, int]:
-    rows = session.execute(sa.select(column, sa.func.count()).where(*conds, column.is_not(None))
-                           .group_by(column)).all()
-    if not rows:
-        return None, 0
-    counts = Counter({r[0]: r[1] for r in rows})
-    value = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))[0][0]
-    return value, len(counts)
+def _pick_slice(session: Session, gpu_type: str | None, seq_len: int | None, conds: list,
+                notes: list[str]) -> tuple[str | None, int | None]:
+    """Restrict `conds` to one GPU type and one sequence length: those given, else the slice with the
+    most node counts (then the most runs; core.rules.best_slice(most="nodes")) — a curve needs node
+    counts, and the most-recorded slice may have one. Says the choice in `notes` when there was one."""
+    if gpu_type:
+        conds.append(Run.gpu_type == gpu_type)
+    if seq_len:
+        conds.append(Run.seq_len == seq_len)
+    if gpu_type and seq_len:
+        return gpu_type, seq_len
+    rows = session.execute(
+        sa.select(Run.gpu_type, Run.seq_len, sa.func.count().label("runs"),
+                  sa.func.count(sa.distinct(Run.nodes)).label("node_counts"))
+        .where(*conds, Run.gpu_type.is_not(None))
+        .group_by(Run.gpu_type, Run.seq_len)).all()
+    # a run that does not record its sequence length is in the slice of those that do not either
+    # (one source, one setting: the Llama 3 8B runs at 1, 8 and 16 nodes), never mixed with a known one
+    found = [{"gpu_type": r.gpu_type, "seq_len": None if r.seq_len is None else int(r.seq_len), "runs": int(r.runs),
+              "node_counts": int(r.node_counts)} for r in rows]
+    chosen = best_slice(found, most="nodes")
+    if chosen is None:
+        return gpu_type, seq_len
+    if len(found) > 1:
+        asked = " and ".join(p for p, given in (("gpu_type", gpu_type), ("seq_len", seq_len)) if not given)
+        length = (f"sequence length {chosen['seq_len']:,}" if chosen["seq_len"] is not None
+                  else "a sequence length the runs do not record")
+        notes.append(f"runs of this size class were measured in {len(found)} GPU type × sequence length slices; "
+                     f"using {chosen['gpu_type']} at {length} ({chosen['node_counts']} node counts, the most; "
+                     f"{chosen['runs']:,} runs): pass {asked} to choose")
+    if not gpu_type:
+        conds.append(Run.gpu_type == chosen["gpu_type"])
+    if not seq_len:
+        conds.append(Run.seq_len == chosen["seq_len"] if chosen["seq_len"] is not None else Run.seq_len.is_(None))
+    return chosen["gpu_type"], chosen["seq_len"]
 
 
 def scaling(session: Session, size_class: float, *, gpu_type: str | None = None, seq_len: int | None = None,
@@ -140,8 +152,9 @@ def scaling(session: Session, size_class: float, *, gpu_type: str | None = None,
 
     `size_class`: billions (2 significant figures, as stored in runs.model_size_class); `gpu_type`
     any catalog alias; `metric`: tokens_per_sec_per_gpu | mfu (coalesce(mfu_derived, mfu)).
-    When gpu_type / seq_len are not given and the class was measured on several, the one with the
-    most successful runs is used (said in `notes`) so that curves are not mixed.
+    When gpu_type / seq_len are not given and the class was measured in several (GPU type, sequence
+    length) slices, the slice with the most node counts (then the most successful runs) is used
+    (core.rules.best_slice(most="nodes"), said in `notes`), so that curves are not mixed and have points.
 
     Returns {"model_size_class", "metric", "gpu_type", "seq_len", "points": [{"nodes", "world_size",
     "tokens_per_sec_per_gpu", "aggregate_tokens_per_sec", "mfu", "value", "efficiency", "speedup",
@@ -159,8 +172,7 @@ def scaling(session: Session, size_class: float, *, gpu_type: str | None = None,
              Run.nodes.is_not(None), value.is_not(None)]
     if gpu_type:
         gpu_type = hardware.canonical_gpu_type(gpu_type) or gpu_type
-    gpu_type = _pin(session, Run.gpu_type, gpu_type, conds, notes, "GPU types")
-    seq_len = _pin(session, Run.seq_len, seq_len, conds, notes, "sequence lengths")
+    gpu_type, seq_len = _pick_slice(session, gpu_type, seq_len or None, conds, notes)
 
     ranked = sa.select(
         Run.id, sa.func.row_number().over(partition_by=Run.nodes,

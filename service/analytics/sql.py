@@ -33,6 +33,7 @@ Layer 2, here, runs what passed where nothing else exists, so a parser bypass fi
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import warnings
@@ -233,6 +234,46 @@ def _drop_sandbox(memory_mb: int) -> None:
         instance.close()
 
 
+#: how each backend names a column the query uses and `runs` lacks
+_UNKNOWN_COLUMN = (re.compile(r'Referenced column "([^"]+)" not found'),            # DuckDB's binder
+                   re.compile(r'column (?:[A-Za-z_][\w$]*\.)?"?([^"\s]+?)"? does not exist'))  # PostgreSQL 42703
+
+
+def nearest_columns(name: str, n: int = 3, cutoff: float = 0.6) -> list[str]:
+    """The run columns nearest to a mistyped `name`: difflib's ratio against the whole column name
+    or, discounted, against one of its underscore-separated words (`modle` → model_name,
+    model_params, model_size_class; `nodse` → nodes), best first; at most `n`, each within 0.03 of
+    the best and at least `cutoff`."""
+    from difflib import SequenceMatcher
+
+    name = name.lower()
+
+    def score(col: str) -> float:
+        whole = SequenceMatcher(None, name, col).ratio()
+        words = max((SequenceMatcher(None, name, w).ratio() for w in col.split("_") if len(w) > 2), default=0.0)
+        return max(whole, 0.85 * words)
+
+    scored = sorted(((score(c), c) for c in RUN_COLUMNS), key=lambda sc: (-sc[0], sc[1]))
+    best = scored[0][0] if scored else 0.0
+    return [c for sc, c in scored[:n] if sc >= max(cutoff, best - 0.03)]
+
+
+def unknown_column(message: str) -> QueryRejected | None:
+    """The error for a query naming a column `runs` does not have, when the database's `message`
+    says so: it names the column and the nearest columns of the WHOLE runs table (difflib), not the
+    database's "candidate bindings" — on DuckDB the sandbox holds only the columns the query names,
+    so those candidates were the query's own other columns. None for any other error."""
+    for pattern in _UNKNOWN_COLUMN:
+        found = pattern.search(message)
+        if found:
+            name = found.group(1)
+            near = nearest_columns(name)
+            hint = f"; did you mean {' or '.join(repr(c) for c in near)}?" if near else \
+                f"; the columns of runs: {', '.join(RUN_COLUMNS)}"
+            return _reject(f"runs has no column {name!r}{hint}", value=name)
+    return None
+
+
 def _duckdb_error(exc: Exception, interrupter: _Interrupter, timeout_s: float, memory_mb: int) -> Exception:
     import duckdb
 
@@ -242,7 +283,7 @@ def _duckdb_error(exc: Exception, interrupter: _Interrupter, timeout_s: float, m
         return _timeout_error(timeout_s)
     if isinstance(exc, duckdb.OutOfMemoryException):
         return _reject(f"the query ran out of its memory (SCALEBOOK_SQL_MEMORY_MB): {_first_lines(str(exc))}")
-    return _reject(f"the database refused the query: {_first_lines(str(exc))}")
+    return unknown_column(str(exc)) or _reject(f"the database refused the query: {_first_lines(str(exc))}")
 
 
 def _run_duckdb(db: Database, sql: str, timeout_s: float, max_rows: int, max_bytes: int, memory_mb: int,
@@ -340,6 +381,7 @@ def _reader_engine(db: Database, configured: str | None) -> sa.Engine:
                                           "options": "-c default_transaction_read_only=on", "connect_timeout": 10})
             _readers[db] = engine
             weakref.finalize(db, engine.dispose)
+            db.dispose_with(engine)  # closed by db.dispose() too, not only when db is collected
         return engine
 
 
@@ -355,7 +397,8 @@ def _pg_error(exc: Exception, timeout_s: float) -> Exception:
         return _reject(f"the query exceeded a database limit: {_first_lines(str(exc))}")
     if isinstance(exc, psycopg.OperationalError):
         return DatabaseUnavailable(f"database error: {_first_lines(str(exc))}")
-    return _reject(f"the database refused the query: {_first_lines(str(exc))}")
+    return (unknown_column(str(exc)) if state == "42703" else None) or \
+        _reject(f"the database refused the query: {_first_lines(str(exc))}")
 
 
 def _run_postgres(db: Database, sql: str, timeout_s: float, max_rows: int, max_bytes: int, memory_mb: int,

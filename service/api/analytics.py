@@ -121,6 +121,35 @@ def heatmap_cell(
     return model_response(CellRuns, {"model_size_class": model_size_class, "nodes": nodes, "runs": runs})
 
 
+class Slice(BaseModel):
+    """One GPU type and sequence length: the runs recorded in it (every status), its successes, and
+    how many distinct node counts have a successful run."""
+
+    gpu_type: str
+    seq_len: int
+    runs: int
+    successes: int
+    node_counts: int
+
+
+class Slices(BaseModel):
+    slices: list[Slice]
+
+
+@router.get("/heatmap/slices", response_model=Slices, dependencies=[READ])
+def heatmap_slices(
+    session: SessionDep,
+    filters: FiltersDep,
+    model_size_class: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
+    most: Literal["runs", "nodes"] = "runs",
+) -> Response:
+    """The comparable slices (one GPU type, one sequence length) of the runs the filters choose,
+    the one to show first first: `most=runs` the most-recorded (the heatmap's default slice in the
+    dashboard and `scalebook heatmap`), `most=nodes` the most node counts with a success, then runs
+    (a scaling curve). `{"slices": [{"gpu_type", "seq_len", "runs", "successes", "node_counts"}]}`."""
+    return model_response(Slices, {"slices": hm.slices(session, filters, model_size_class, most)})
+
+
 class Predicted(BaseModel):
     """The throughput and memory models' prediction for the target (a prediction, not a measurement)."""
 

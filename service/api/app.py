@@ -14,7 +14,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 
 from service import __version__
-from service.api import analytics, errors, memory, planning, predict, retire, runs, sql, suggest, tokens
+from service.api import analytics, docs, errors, memory, planning, predict, retire, runs, sql, suggest, tokens
 from service.api.guards import RequestGuard, parse_origins
 from service.api.limits import BodySizeLimit
 from service.api.strict import reject_unknown_query
@@ -47,6 +47,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
         version=__version__,
         summary="Results database for distributed LLM-training benchmark sweeps.",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # served from local assets below (api/docs.py): no CDN
         responses={422: {"model": ErrorBody}, 400: {"model": ErrorBody}},
         dependencies=[Depends(reject_unknown_query)],  # unknown GET query parameters -> 422 (api/strict.py)
     )
@@ -54,6 +55,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     if db is not None:
         app.state.db = db
     errors.install(app)
+    docs.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.include_router(retire.router, prefix=API_PREFIX)
     origins = parse_origins(settings.cors_origins)

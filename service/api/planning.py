@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from core.model import model_size_class
 from service import limits as L
@@ -95,11 +95,15 @@ class Plan(BaseModel):
     mfu_run: dict[str, Any] | None
     peak_tflops: float
     peak_source: str
+    flops_per_token: float = Field(description="training FLOPs per token the MFU counts")
+    flops_formula: str = Field(description="what flops_per_token counts: '6·N' (a given MFU) or "
+                                           "'6·N + 12·L·h·s' (the throughput model's predicted MFU)")
     total_flops: float
     gpus_exact: float
-    gpus: int
-    nodes: int
-    gpu_hours: float
+    gpus: int = Field(description="GPUs the compute needs: ceil(gpus_exact)")
+    nodes: int = Field(description="ceil(gpus / gpus_per_node)")
+    gpus_booked: int = Field(description="nodes × gpus_per_node: a cluster is booked in whole nodes")
+    gpu_hours: float = Field(description="gpus_booked × 24 × days")
     gpu_hours_compute: float
     formula: str
     efficiency: dict[str, Any] | None
@@ -120,13 +124,16 @@ def get_plan(
     ] = None,
     gpus_per_node: Annotated[int, Query(ge=1, le=L.MAX_GPUS_PER_NODE)] = 8,
 ) -> Plan:
-    """GPUs to train `model_params` on `tokens` in `days`: GPUs = 6·N·tokens / (peak · MFU · time).
+    """GPUs to train `model_params` on `tokens` in `days`: GPUs = FLOPs per token · tokens /
+    (peak · MFU · time) — 6·N per token for a given `mfu` (Kaplan et al. 2020), 6·N + 12·L·h·s
+    (PaLM appendix B) for the MFU the throughput model predicts (`flops_formula` says which).
 
-    MFU is `mfu` or the nearest recorded successful run's (`mfu_source` says which run); the peak is
-    `peak_tflops` or the hardware catalog's dense figure for `gpu_type` (`peak_source` names the entry
-    and its source). Answers the GPU count (ceil), nodes, GPU-hours and the Amdahl-predicted
-    efficiency at that scale when a scaling fit exists. SmolLM3: 3B, 11T tokens, 28 days, 720 TFLOP/s,
-    MFU 0.30 → 379 GPUs. A predicted MFU is predicted for the `framework`, `precision` and model dims
+    MFU is `mfu` or the throughput model's prediction for the target (`mfu_source` says which); the
+    peak is `peak_tflops` or the hardware catalog's dense figure for `gpu_type` (`peak_source` names
+    the entry and its source). Answers the GPUs the compute needs (ceil), the nodes, the GPUs booked
+    in whole nodes and their GPU-hours, and the Amdahl-predicted efficiency at that scale when a
+    scaling fit exists. SmolLM3: 3B, 11T tokens, 28 days, 720 TFLOP/s, MFU 0.30 → 379 GPUs, 48 nodes,
+    384 GPUs booked. A predicted MFU is predicted for the `framework`, `precision` and model dims
     given (else the records'; `precision` is also the peak's, default the MFU's: bf16).
     """
     L.check_model_params(parse_model_params(model_params))

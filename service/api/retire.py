@@ -1,15 +1,16 @@
-"""POST /api/v1/runs/retire and /api/v1/runs/unretire (write scope)."""
+"""POST /api/v1/runs/retire and /api/v1/runs/unretire (write scope): runs kept but left out of the
+analytics; DELETE /api/v1/runs/{id} and POST /api/v1/runs/delete (admin scope): runs gone."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from service import retire as rt
 from service.api.deps import DatabaseDep
-from service.api.security import WRITE
+from service.api.security import ADMIN, WRITE
 from service.schemas import ErrorBody
 
 router = APIRouter(tags=["runs"])
@@ -60,3 +61,52 @@ def unretire_runs(db: DatabaseDep, body: RetireRequest) -> RetireResult:
         ids = rt.unretire(session, body.ids, body.filter)
     _forget_kept(db)
     return RetireResult(changed=len(ids), ids=ids)
+
+
+class DeleteRequest(BaseModel):
+    """Which runs to delete: `ids`, or `filter` (as for /runs/retire), or both (both must hold).
+    `dry_run`: only count and list them."""
+
+    model_config = ConfigDict(extra="forbid")
+    ids: list[int] | None = Field(default=None, max_length=rt.MAX_IDS)
+    filter: dict[str, Any] | None = None
+    dry_run: bool = False
+
+
+class DeleteResult(BaseModel):
+    """`matched`: the runs the selection chose; `deleted`: how many are gone (0 for a dry run)."""
+
+    matched: int
+    deleted: int
+    dry_run: bool
+    ids: list[int]
+
+
+@router.delete("/runs/{run_id}", response_model=DeleteResult, dependencies=[ADMIN],
+               responses={404: {"model": ErrorBody}})
+def delete_run(db: DatabaseDep, run_id: Annotated[int, Path(ge=1)]) -> DeleteResult:
+    """Delete one run for good (admin scope): its row is gone from every answer and from SQL.
+    404 when no run has this id. To keep a run but leave it out of the analytics, retire it."""
+    from service.store import get_run
+
+    with db.session(write=True) as session:
+        get_run(session, run_id)  # NotFound (404) when absent
+        ids = rt.delete(session, [run_id], None)
+    return DeleteResult(matched=len(ids), deleted=len(ids), dry_run=False, ids=ids)
+
+
+@router.post("/runs/delete", response_model=DeleteResult, dependencies=[ADMIN],
+             responses={400: {"model": ErrorBody}, 422: {"model": ErrorBody}})
+def delete_runs(db: DatabaseDep, body: DeleteRequest) -> DeleteResult:
+    """Delete the chosen runs for good (admin scope): `{"ids": [12, 13]}` or `{"filter":
+    {"model_name": "test-junk"}}` — the selection of /runs/retire (column equality,
+    `<int column>_min/_max`, `extra.<key>`; neither ids nor a filter is 400, an unknown filter 400
+    naming it). `dry_run: true` answers the count and ids
+    and deletes nothing (`scalebook delete` asks for confirmation between the two). Retired runs
+    are deleted like any other; retiring is the reversible alternative."""
+    with db.session(write=not body.dry_run) as session:
+        if body.dry_run:
+            ids = rt.matching_ids(session, body.ids, body.filter)
+            return DeleteResult(matched=len(ids), deleted=0, dry_run=True, ids=ids)
+        ids = rt.delete(session, body.ids, body.filter)
+    return DeleteResult(matched=len(ids), deleted=len(ids), dry_run=False, ids=ids)

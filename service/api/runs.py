@@ -128,6 +128,9 @@ def list_runs(
     model_params: Annotated[str | None, Query(min_length=1, max_length=40, description=(
         "total parameters: digits or a number with K/M/B/T, e.g. 8030261248, 8B, 1.34B, 350M"))] = None,
     model_size_class: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
+    model_family: Annotated[str | None, Query(min_length=1, max_length=40, description=(
+        "a size family, by a size in it or its label: 8B (the 7–8B family), 1.34B, 350M, 7–8B "
+        "(core/families.py's fixed grid)"))] = None,
     source: str | None = None,
     gpu_type: str | None = None,
     gpus_per_node: Annotated[int | None, Query(ge=1)] = None,
@@ -152,9 +155,12 @@ def list_runs(
     run_key: str | None = None,
     started_after: datetime | None = None,
     started_before: datetime | None = None,
+    retired: Annotated[bool | None, Query(description="true: retired runs only; false: runs not retired; "
+                                                      "absent: both (a retired run carries retired_at and "
+                                                      "retired_reason)")] = None,
 ) -> Response:
-    """Runs matching every given filter (equality; `name_prefix`: names starting with it), `limit`
-    per page (≤ 1,000), keyset cursor.
+    """Runs matching every given filter (equality; `name_prefix`: names starting with it;
+    `retired`), `limit` per page (≤ 1,000), keyset cursor.
 
     Body: `{"runs": [...], "next_cursor": str | null, "total": N}` where `total` counts all matches.
     `gpu_type` and `precision` accept catalog aliases ("h100_80gb", "torch.bfloat16", "half"); `model_params`
@@ -163,6 +169,7 @@ def list_runs(
     parameter this endpoint does not declare is a 422 naming it (service/api/strict.py).
     """
     from core import hardware
+    from core.families import family_named
     from core.record import parse_param_count
     from service.errors import ValidationFailed
 
@@ -173,13 +180,22 @@ def list_runs(
         except ValueError as exc:
             raise ValidationFailed(f"model_params: {exc}", [{"field": "model_params", "value": model_params,
                                                              "message": str(exc)}]) from None
+    size_range = None
+    if model_family is not None:
+        try:
+            fam = family_named(model_family)
+        except ValueError as exc:
+            raise ValidationFailed(f"model_family: {exc}", [{"field": "model_family", "value": model_family,
+                                                             "message": str(exc)}]) from None
+        size_range = (fam.lo_b, fam.hi_b)
     if gpu_type:
         filters["gpu_type"] = hardware.canonical_gpu_type(gpu_type) or gpu_type
     if precision:
         filters["precision"] = hardware.canonical_precision(precision)
     runs, next_cursor, total = store.list_runs(session, filters, sort=sort, limit=limit, cursor=cursor,
                                                started_after=started_after, started_before=started_before,
-                                               name_prefix=name_prefix)
+                                               name_prefix=name_prefix, retired=retired,
+                                               size_range=size_range)
     return model_response(RunsPage, {"runs": runs, "next_cursor": next_cursor, "total": total})
 
 

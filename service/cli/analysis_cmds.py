@@ -182,19 +182,27 @@ def plan(
     gated: GatedOpt = None,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """GPUs needed: GPUs = 6·N·tokens / (peak · MFU · time) (Kaplan et al. 2020, C ≈ 6·N·D), with the
-    MFU the throughput model predicts for the target unless --mfu is given."""
+    """GPUs needed: GPUs = FLOPs per token × tokens / (peak · MFU · time), booked in whole nodes.
+
+    With --mfu: 6·N FLOPs per token (Kaplan et al. 2020, C ≈ 6·N·D). Without it the MFU is the
+    throughput model's prediction for the target, which counts 6·N + 12·L·h·s FLOPs per token
+    (PaLM, appendix B): GPUs = tokens / (predicted tokens/s/GPU · time). The GPU-hours are those of
+    every booked GPU (nodes × GPUs per node × 24 × days)."""
     body = fetch("/plan", as_json, model_params=model, tokens=tokens, days=days, gpu_type=gpu_type, mfu=mfu,
-                         peak_tflops=peak_tflops, gpus_per_node=gpus_per_node,
-                         **shape_params(framework, precision, num_layers, hidden_size, num_heads, num_kv_heads,
-                                        ffn_hidden_size, vocab_size, gated))
+                 peak_tflops=peak_tflops, gpus_per_node=gpus_per_node,
+                 **shape_params(framework, precision, num_layers, hidden_size, num_heads, num_kv_heads,
+                                ffn_hidden_size, vocab_size, gated))
     if body is None:
         return
-    console.print(f"[bold]{body['gpus']:,} GPUs[/] ({body['nodes']:,} nodes × {body['gpus_per_node']}) for "
+    booked = body.get("gpus_booked") or body["nodes"] * body["gpus_per_node"]
+    console.print(f"[bold]{booked:,} GPUs[/] ({body['nodes']:,} nodes × {body['gpus_per_node']}) for "
                   f"{body['model_params'] / 1e9:g}B params on {_si(body['tokens'])} tokens in {body['days']:g} days")
-    console.print(f"  MFU {100 * body['mfu']:.1f}% — {body['mfu_source']}")
-    console.print(f"  peak {body['peak_tflops']:,.0f} TFLOP/s — {body['peak_source']}")
-    console.print(f"  {render.power_of_ten(body['total_flops'])} FLOPs; {body['gpus_exact']:,.1f} GPUs exactly; "
+    console.print(f"  {body['gpus']:,} GPUs' worth of compute ({body['gpus_exact']:,.1f} exactly) at "
+                  f"MFU {100 * body['mfu']:.1f}% of {body['peak_tflops']:,.0f} TFLOP/s per GPU")
+    console.print(f"  MFU: {body['mfu_source']}")
+    console.print(f"  peak: {body['peak_source']}")
+    formula = body.get("flops_formula", "6·N")
+    console.print(f"  {render.power_of_ten(body['total_flops'])} training FLOPs ({formula} per token × tokens); "
                   f"{body['gpu_hours']:,.0f} GPU-hours booked")
     eff = body.get("efficiency")
     if eff:

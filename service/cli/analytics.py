@@ -36,21 +36,61 @@ from service.cli.base import (
 from service.cli.render import Col
 
 
+def pick_slice(gpu_type: str | None, seq_len: int | None, params: dict) -> tuple[str | None, int | None, str]:
+    """The comparable slice the heatmap shows when the user named at most one of GPU type and
+    sequence length: the most-recorded (GET /heatmap/slices, core.rules.slice_key most="runs") among
+    those matching what was named. Returns (gpu_type, seq_len, a line saying which and how to widen)."""
+    body = fetch("/heatmap/slices", False, gpu_type=gpu_type, seq_len=seq_len, **params)
+    assert body is not None
+    found = body["slices"]
+    if not found:
+        return gpu_type, seq_len, ""
+    top = found[0]
+    return top["gpu_type"], top["seq_len"], (
+        f"slice: {top['gpu_type']}, sequence length {top['seq_len']:,} ({top['runs']:,} runs, the most-recorded of "
+        f"{len(found)} GPU type × sequence length slices), so every cell compares like with like; "
+        "--all-slices mixes them, --gpu-type / --seq-len choose")
+
+
+def family_filter(cells: list[dict], model: str) -> list[dict]:
+    """The cells of one family: a family label ("7-8B", "7–8B") or a size ("8B", "1.3", "350M"), which
+    means the family it falls in (core.families.family_of) — as --model means a size elsewhere."""
+    from core.families import family_of
+    from core.record import parse_param_count
+
+    wanted = model.replace("-", "–").lower()
+    try:
+        fam = family_of(parse_param_count(model) / 1e9).label.lower()
+    except ValueError:
+        fam = None
+    return [c for c in cells if c["family"].lower() == wanted
+            or (fam is not None and (c["family"].lower() == fam or c["family"].lower().startswith(f"moe {fam} ")))]
+
+
 @app.command()
 def heatmap(
     metric: str = typer.Option("tokens_per_sec_per_gpu", help="rank by tokens_per_sec_per_gpu (default) | mfu"),
-    gpu_type: str = typer.Option(None), seq_len: int = typer.Option(None),
+    gpu_type: str | None = typer.Option(None, help="one GPU type (default: the most-recorded slice's)"),
+    seq_len: int | None = typer.Option(None, help="one sequence length (default: the most-recorded slice's)"),
+    all_slices: bool = typer.Option(False, "--all-slices", help="every GPU type and sequence length, mixed"),
     global_batch_tokens: int = typer.Option(None), framework: str = typer.Option(None),
     precision: str = typer.Option(None),
-    model: str = typer.Option(None, "--model", help="only this model family or size, e.g. 7-8B, 1.3 or 8B"),
+    model: str = typer.Option(None, "--model", help="one family, by label or size: 7-8B, 8B, 1.3B, 350M"),
     max_nodes: int = typer.Option(None, "--max-nodes", help="only node counts up to this"),
     exact: bool = typer.Option(False, "--exact-sizes", help="one row per size class instead of per family"),
     as_json: bool = typer.Option(False, "--json", help="print the API's JSON (per size class, unchanged)"),
 ) -> None:
     """Best config per model-size family × node count (core/families.py: a fixed log grid;
-    the best run by tokens/s per GPU, then MFU, then the lower id). One row per cell."""
-    body = fetch("/heatmap", as_json, metric=metric, gpu_type=gpu_type, seq_len=seq_len,
-                         global_batch_tokens=global_batch_tokens, framework=framework, precision=precision)
+    the best run by tokens/s per GPU, then MFU, then the lower id). One row per cell.
+
+    Like the dashboard, it shows one comparable slice — one GPU type and one sequence length, the
+    most-recorded unless --gpu-type / --seq-len say — and names it; --all-slices mixes them (then
+    the table has GPU and sequence-length columns)."""
+    params = {"global_batch_tokens": global_batch_tokens, "framework": framework, "precision": precision}
+    said = ""
+    if not all_slices and not (gpu_type and seq_len):
+        gpu_type, seq_len, said = pick_slice(gpu_type, seq_len, params)
+    body = fetch("/heatmap", as_json, metric=metric, gpu_type=gpu_type, seq_len=seq_len, **params)
     if body is None:
         return
     cells = body["cells"]
@@ -60,29 +100,33 @@ def heatmap(
     else:
         cells = group_cells(cells, metric)
     if model:
-        wanted = model.replace("-", "–").lower()
-        try:
-            size = float(model.rstrip("bB"))
-        except ValueError:
-            size = None
-        cells = [c for c in cells if c["family"].lower() == wanted
-                 or (size is not None and any(abs(s - size) < 1e-9 for s in c["sizes"]))]
+        cells = family_filter(cells, model)
     if max_nodes:
         cells = [c for c in cells if c["nodes"] <= max_nodes]
+    if said:
+        console.print(said)
+    elif all_slices:
+        console.print("every GPU type and sequence length mixed: a cell's best run may be on other hardware or "
+                      "sequences than its neighbours' (GPU and seq columns)")
     if not cells:
         console.print("no runs match: import some (`scalebook import …`) or relax the filters")
         return
     cols = [Col("model"), Col("nodes", "right"), Col("best config"), Col("tok/s/GPU", "right"),
             Col("MFU", "right"), Col("size", drop=3), Col("peak mem", "right", drop=2),
             Col("ok/OOM/fail", "right", drop=1), Col("run", "right", drop=4)]
+    if all_slices:
+        cols[5:5] = [Col("GPU", drop=5), Col("seq", "right", drop=6)]
     rows = []
     for c in cells:
         b = c["best"] or {}
-        rows.append([c["family"], str(c["nodes"]), _label(b) if b else "no success",
-                     render.number(b.get("tokens_per_sec_per_gpu")) if b else "—", render.pct(_mfu(b)) if b else "—",
-                     render.size(b.get("model_size_class")) if b else ", ".join(render.size(s) for s in c["sizes"]),
-                     render.number(b.get("peak_memory_gib"), "GiB", 1) if b else "—",
-                     f"{c['n_success']}/{c['n_oom']}/{c['n_failed']}", f"#{b['id']}" if b else "—"])
+        row = [c["family"], str(c["nodes"]), _label(b) if b else "no success",
+               render.number(b.get("tokens_per_sec_per_gpu")) if b else "—", render.pct(_mfu(b)) if b else "—",
+               render.size(b.get("model_size_class")) if b else ", ".join(render.size(s) for s in c["sizes"]),
+               render.number(b.get("peak_memory_gib"), "GiB", 1) if b else "—",
+               f"{c['n_success']}/{c['n_oom']}/{c['n_failed']}", f"#{b['id']}" if b else "—"]
+        if all_slices:
+            row[5:5] = [b.get("gpu_type") or "—", render.number(b.get("seq_len"))]
+        rows.append(row)
     ranked = "tokens/s per GPU" if metric == "tokens_per_sec_per_gpu" else metric
     render.table(console, cols, rows, title=f"best run per model family × nodes (ranked by {ranked})")
 

@@ -2,8 +2,10 @@
 
 Importers are API clients: they parse on this side and send batches to SCALEBOOK_API_URL, so one
 process owns the DuckDB file and every row passes the same server-side validation. Each prints a
-summary (read, stored, already present, rejected) and writes rejected rows with their reasons to
-a CSV file it names. Run keys are deterministic, so running an import twice stores nothing new.
+summary (read, stored, already present, rejected), the first rejected rows with their line and
+reason (each reason names the field and its value), and writes every rejected row to
+``$SCALEBOOK_DATA_DIR/rejects/<file>.rejects.csv`` (``--rejects`` to choose; the path is printed).
+Run keys are deterministic, so running an import twice stores nothing new.
 
 Exit codes (every importer): 0 -- every row stored or already present; 1 -- something was
 rejected (the good rows are stored, the rejects file is written and named) or the whole file was
@@ -42,19 +44,56 @@ class ImportSummary:
     already_present: int = 0
     rejected: list[dict[str, Any]] = field(default_factory=list)
     rejects_file: str | None = None
+    #: (field, reported value, stored value) -> runs: names the server rewrote to the hardware
+    #: catalog's / the precision list's (the reported one is kept in extra.<field>_reported)
+    canonicalised: dict[tuple[str, str, str], int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"file": self.file, "read": self.read, "stored": self.stored, "already_present": self.already_present,
-                "rejected": len(self.rejected), "rejects_file": self.rejects_file}
+                "rejected": len(self.rejected), "rejects_file": self.rejects_file,
+                "canonicalised": [{"field": f, "reported": r, "stored": v, "runs": n}
+                                  for (f, r, v), n in self.canonicalised.items()]}
+
+    def note_canonicalised(self, runs: list[dict[str, Any]]) -> None:
+        """Count the stored runs whose gpu_type / precision the server read as a catalog name."""
+        for run in runs:
+            extra: dict[str, Any] = run["extra"] if isinstance(run.get("extra"), dict) else {}
+            for name in extra.get("canonicalised_fields") or []:
+                key = (name, str(extra.get(f"{name}_reported")), str(run.get(name)))
+                self.canonicalised[key] = self.canonicalised.get(key, 0) + 1
+
+
+#: rejected rows printed under an import's summary (the rest are in the rejects file)
+SHOWN_REJECTS = 10
 
 
 def send_records(api: Client, records: list[dict[str, Any]], origins: list[dict[str, Any]],
                  summary: ImportSummary, quiet: bool = False) -> None:
     """POST records in batches; on 422/409 drop the named rows into `summary.rejected` and resend
     the rest, so one bad row never blocks a file. `origins[i]` describes record i (line, row).
-    Progress on stderr unless `quiet` (service.cli.progress)."""
+    Progress on stderr unless `quiet` (service.cli.progress); none when there is nothing to send."""
+    if not records:
+        return
     with progress(f"importing {summary.file}", total=len(records), quiet=quiet) as bar:
         _send_batches(api, records, origins, summary, bar.advance)
+
+
+def detail_reason(detail: dict[str, Any]) -> str:
+    """One error detail of the API as a reason that names the field and its value:
+    ``status = 'succes': Input should be 'success', …``; the message alone when it already quotes
+    the value, or when the detail names no field."""
+    message = str(detail.get("message") or "")
+    field, value = detail.get("field"), detail.get("value")
+    if not field or field in ("body", "runs"):
+        return message or json.dumps(detail, default=str)
+    if message.startswith(f"{field}: "):
+        message = message[len(field) + 2:]
+    if value is None:
+        return f"{field}: {message}"
+    shown = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+    if shown in message:
+        return f"{field}: {message}"
+    return f"{field} = {shown[:80]}{'…' if len(shown) > 80 else ''}: {message}"
 
 
 def _send_batches(api: Client, records: list[dict[str, Any]], origins: list[dict[str, Any]],
@@ -71,11 +110,12 @@ def _send_batches(api: Client, records: list[dict[str, Any]], origins: list[dict
             else:
                 summary.stored += body["created"]
                 summary.already_present += body["existing"]
+                summary.note_canonicalised(body.get("runs") or [])
                 break
             bad: dict[int, list[str]] = {}
             for d in refused.details:
                 if isinstance(d.get("index"), int) and 0 <= d["index"] < len(pending):
-                    bad.setdefault(d["index"], []).append(d.get("message") or str(d))
+                    bad.setdefault(d["index"], []).append(detail_reason(d))
             if refused.status not in (409, 422) or not bad:
                 fail(f"the API refused a batch (HTTP {refused.status}): {refused.message}")
             for local, reasons in bad.items():
@@ -85,12 +125,22 @@ def _send_batches(api: Client, records: list[dict[str, Any]], origins: list[dict
         advance(min(BATCH, len(records) - start))
 
 
+def default_rejects_path(name: str) -> Path:
+    """$SCALEBOOK_DATA_DIR/rejects/<name>.rejects.csv (one place, whatever the current directory)."""
+    from service.settings import get_settings
+
+    return get_settings().data_dir / "rejects" / f"{name}.rejects.csv"
+
+
 def write_rejects(summary: ImportSummary, path: Path | None) -> None:
     """Write rejected rows (line, reason, original row as JSON) to CSV; path defaults to
-    ./<input stem>.rejects.csv. Nothing is written when nothing was rejected."""
+    :func:`default_rejects_path` of the input's stem (folders created). Nothing is written when
+    nothing was rejected."""
     if not summary.rejected:
         return
-    path = path or Path.cwd() / f"{Path(summary.file).stem}.rejects.csv"
+    summary.rejected.sort(key=lambda r: (not isinstance(r.get("line"), int), r.get("line") or 0))
+    path = path or default_rejects_path(Path(summary.file).stem)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["line", "reason", "row"])
@@ -104,9 +154,39 @@ def report(summary: ImportSummary, as_json: bool) -> None:
         print_json(summary.as_dict())
         return
     console.print(f"{summary.file}: read {summary.read}, stored {summary.stored}, "
-                  f"already present {summary.already_present}, rejected {len(summary.rejected)}")
+                  f"already present {summary.already_present}, rejected {len(summary.rejected)}",
+                  markup=False, highlight=False, soft_wrap=True)  # a long path is wrapped by the terminal, never cut
+    show_canonicalised(summary)
+    show_rejects(summary)
+
+
+def show_canonicalised(summary: ImportSummary, limit: int = 5) -> None:
+    """Say which reported names were stored as the catalog's (a typo such as 'H100-PCIe-typo' is read
+    as H100-PCIe-80GB: the user sees it and can fix the file), the reported name kept in extra."""
+    items = sorted(summary.canonicalised.items(), key=lambda kv: -kv[1])
+    for (name, reported, stored), n in items[:limit]:
+        console.print(f"  {name} {reported!r} stored as {stored!r} ({n:,} run(s); the reported name is kept in "
+                      f"extra.{name}_reported)", markup=False, highlight=False)
+    if len(items) > limit:
+        console.print(f"  … {len(items) - limit} more names read as catalog names (--json lists them)")
+
+
+def show_rejects(summary: ImportSummary, limit: int = SHOWN_REJECTS) -> None:
+    """The first `limit` rejected rows, each with its line and reason, then where all of them are."""
+    if not summary.rejected:
+        return
+    for r in summary.rejected[:limit]:
+        where = r.get("line")
+        where = f"line {where}" if isinstance(where, int) else (str(where) if where else "row")
+        reason = str(r["reason"])
+        if reason.startswith(f"{where}: "):
+            reason = reason[len(where) + 2:]
+        console.print(f"  {where}: {reason}", markup=False, highlight=False)
+    more = len(summary.rejected) - limit
     if summary.rejects_file:
-        console.print(f"  rejected rows and reasons written to {summary.rejects_file}")
+        # soft wrap: the terminal wraps a long path, rich does not cut it (a copied path stays whole)
+        console.print(f"  {'… ' + format(more, ',') + ' more; ' if more > 0 else ''}every rejected row with its "
+                      f"reason: {summary.rejects_file}", markup=False, highlight=False, soft_wrap=True)
 
 
 def finish(summary: ImportSummary, as_json: bool) -> None:
@@ -145,16 +225,16 @@ def import_parsed(kind: str, path: Path, api: Client, defaults: dict[str, Any], 
     summary = ImportSummary(file=str(path), read=len(result.records) + len(result.rejects))
     for r in result.rejects:
         summary.rejected.append({"line": r.line_no, "row": r.row, "reason": r.reason})
-    origins = [{"line": rec.get("extra", {}).get("line") if isinstance(rec.get("extra"), dict) else None, "row": rec}
-               for rec in result.records]
+    origins = [{"line": line, "row": rec} for line, rec in zip(result.lines, result.records)]
     send_records(api, result.records, origins, summary, quiet=quiet)
     write_rejects(summary, rejects)
     return summary
 
 
 def import_examples(data_dir: Path, url: str) -> list[ImportSummary]:
-    """Import every example file (nanotron/*.csv, published/*.csv); idempotent. Rejected rows go
-    to $SCALEBOOK_DATA_DIR/rejects/<file>.rejects.csv."""
+    """Import every example file (nanotron/*.csv, published/*.csv); idempotent. One line per file
+    (with the reasons of its first rejected rows); rejected rows go to
+    $SCALEBOOK_DATA_DIR/rejects/<file>.rejects.csv."""
     from service.settings import get_settings
 
     api = client(url)
@@ -163,18 +243,29 @@ def import_examples(data_dir: Path, url: str) -> list[ImportSummary]:
     summaries = []
     from ingest.parsers.nanotron import PLAYBOOK_GPU_TYPE
 
+    console.print(f"importing the example data ({data_dir}) through the API:", markup=False, highlight=False)
     # the shipped nanotron file is the Ultra-Scale Playbook sweep, run on H100 SXM (examples/data/README.md);
     # the file does not say so, so the importer is told, as a user importing it would tell it
     for kind, folder, defaults in (("nanotron", "nanotron", {"gpu_type": PLAYBOOK_GPU_TYPE}),
                                    ("table", "published", {})):
         for path in sorted((data_dir / folder).glob("*.csv")):
-            summaries.append(import_parsed(kind, path, api, defaults, rejects_dir / f"{path.stem}.rejects.csv"))
-    for s in summaries:
-        report(s, False)
+            s = import_parsed(kind, path, api, defaults, rejects_dir / f"{path.stem}.rejects.csv", quiet=True)
+            summaries.append(s)
+            counts = [f"{s.stored} stored"] + [f"{n} {what}" for n, what in (
+                (s.already_present, "already present"), (len(s.rejected), "rejected")) if n]
+            console.print(f"  {folder}/{path.name}: {', '.join(counts)}", markup=False, highlight=False)
+            for r in s.rejected[:2]:
+                console.print(f"    line {r.get('line')}: {r['reason']}", markup=False, highlight=False)
+            if len(s.rejected) > 2:
+                console.print(f"    … {len(s.rejected) - 2} more", markup=False, highlight=False)
+    stored, present = sum(s.stored for s in summaries), sum(s.already_present for s in summaries)
     rejected = sum(len(s.rejected) for s in summaries)
+    console.print(f"  {stored:,} runs stored, {present:,} already present, {rejected} rejected", markup=False,
+                  highlight=False)
     if rejected:  # the published tables hold layouts the server refuses (see examples/data/README.md)
-        console.print(f"  {rejected} example row(s) rejected as expected (their published degrees do not "
-                      f"multiply to their GPU count); reasons in {rejects_dir}")
+        console.print(f"  the {rejected} rejected rows are expected: their published degrees do not multiply to "
+                      "their GPU count; every reason is in", markup=False, highlight=False)
+        console.print(f"  {rejects_dir}", markup=False, highlight=False, soft_wrap=True)
     return summaries
 
 
@@ -182,7 +273,8 @@ _GPU = typer.Option(None, "--gpu-type", help="gpu_type for rows that lack one")
 _GPN = typer.Option(None, "--gpus-per-node", help="gpus_per_node for rows that lack one")
 _FW = typer.Option(None, "--framework", help="framework for rows that lack one")
 _PREC = typer.Option(None, "--precision", help="precision (bf16, fp8, ...) for rows whose dtype is empty")
-_REJ = typer.Option(None, "--rejects", help="where to write rejected rows (default ./<file>.rejects.csv)")
+_REJ = typer.Option(None, "--rejects", help="where to write rejected rows (default "
+                    "$SCALEBOOK_DATA_DIR/rejects/<file>.rejects.csv)")
 _JSON = typer.Option(False, "--json", help="print the summary as JSON")
 _COLMAP = typer.Option(None, "--map", help="rename a column: FROM=TO (repeatable)")
 _EXTRA_COLS = typer.Option(False, "--extra-columns", help="keep columns the importer does not know in extra")
@@ -222,23 +314,14 @@ def push(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSO
     if file.suffix.lower() in (".csv", ".tsv", ".parquet"):
         fail(f"{file}: push reads JSON or JSONL run records; for a {file.suffix} file in the run record's "
              f"columns use `scalebook import runs {file}`")
-    text = file.read_text()
+    text = file.read_text(errors="replace")
     summary = ImportSummary(file=str(file))
     records: list[dict[str, Any]] = []
     origins: list[dict[str, Any]] = []
-    try:
-        doc = json.loads(text)
-        items = doc["runs"] if isinstance(doc, dict) and "runs" in doc else doc if isinstance(doc, list) else [doc]
-        lines: list[tuple[int | None, Any]] = [(None, item) for item in items]
-    except json.JSONDecodeError:
-        lines = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                lines.append((n, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                summary.rejected.append({"line": n, "row": line, "reason": f"line {n}: not JSON ({exc.msg})"})
+    lines, bad = read_json_records(file, text)
+    for n, line, exc in bad:
+        summary.rejected.append({"line": n, "row": line, "reason": f"not JSON ({exc.msg} at column {exc.colno}): "
+                                                                   f"{line.strip()[:60]!r}"})
     for line_no, item in lines:
         records.append(item)
         origins.append({"line": line_no, "row": item})
@@ -246,6 +329,33 @@ def push(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSO
     send_records(client(), records, origins, summary, quiet=quiet)
     write_rejects(summary, rejects)
     finish(summary, as_json)
+
+
+def read_json_records(file: Path, text: str) -> tuple[list[tuple[int | None, Any]],
+                                                      list[tuple[int, str, json.JSONDecodeError]]]:
+    """The run records of a JSON document (an object, a list, or {"runs": [...]}; line None) or of
+    JSONL ((line number, object), and the lines that are not JSON with their error). Exits 1 with
+    the parser's position, nothing sent, when the file is neither (not one line parses) or holds
+    no record."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as whole:
+        good: list[tuple[int | None, Any]] = []
+        bad: list[tuple[int, str, json.JSONDecodeError]] = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    good.append((n, json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    bad.append((n, line, exc))
+        if not good:
+            fail(f"{file}: not JSON or JSONL ({whole.msg} at line {whole.lineno}, column {whole.colno}); push "
+                 "reads one JSON run record, a list of them, {\"runs\": [...]}, or one record per line; nothing sent")
+        return good, bad
+    items = doc["runs"] if isinstance(doc, dict) and "runs" in doc else doc if isinstance(doc, list) else [doc]
+    if not items:
+        fail(f"{file}: holds no run record; nothing sent")
+    return [(None, item) for item in items], []
 
 
 def _server_columns() -> list[str]:
@@ -287,6 +397,7 @@ def import_runs(file: Path = typer.Argument(..., exists=True, dir_okay=False,
     summary = ImportSummary(file=str(file), read=len(result.records) + len(result.rejects))
     for r in result.rejects:
         summary.rejected.append({"line": r.line_no, "row": r.row, "reason": r.reason})
-    send_records(client(), result.records, [{"line": None, "row": rec} for rec in result.records], summary)
+    send_records(client(), result.records,
+                 [{"line": line, "row": rec} for line, rec in zip(result.lines, result.records)], summary)
     write_rejects(summary, rejects)
     finish(summary, as_json)

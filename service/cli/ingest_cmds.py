@@ -23,10 +23,18 @@ from typing import Any
 import typer
 
 from service.cli.base import app, client, console, err_console, fail, print_json
-from service.cli.imports import ImportSummary, finish, import_app, send_records, write_rejects
+from service.cli.imports import (
+    ImportSummary,
+    default_rejects_path,
+    finish,
+    import_app,
+    send_records,
+    write_rejects,
+)
 from service.cli.progress import QUIET, progress, track
 
-_REJ = typer.Option(None, "--rejects", help="where to write rejected rows (default ./<name>.rejects.csv)")
+_REJ = typer.Option(None, "--rejects", help="where to write rejected rows (default "
+                    "$SCALEBOOK_DATA_DIR/rejects/<name>.rejects.csv)")
 _JSON = typer.Option(False, "--json", help="print the summary as JSON")
 _MAP = typer.Option(..., "--map", exists=True, dir_okay=False,
                     help="mapping file: TOML, or YAML when PyYAML is installed (see ingest.external)")
@@ -199,7 +207,7 @@ def import_log(
         records.append(record)
         origins.append({"line": str(path), "row": record})
     send_records(client(), records, origins, summary, quiet=quiet)
-    write_rejects(summary, rejects or (Path.cwd() / f"{files[0].stem}.rejects.csv"))
+    write_rejects(summary, rejects or default_rejects_path(files[0].stem))
     finish(summary, as_json)
 
 
@@ -234,7 +242,7 @@ def import_mlflow(
     except (external.MappingError, external.MlflowError) as exc:
         fail(str(exc))
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", experiment).strip("-") or "experiment"
-    _send_converted(f"mlflow:{experiment}", converted, rejects or Path.cwd() / f"mlflow-{safe}.rejects.csv", as_json,
+    _send_converted(f"mlflow:{experiment}", converted, rejects or default_rejects_path(f"mlflow-{safe}"), as_json,
                     quiet)
 
 
@@ -254,4 +262,4 @@ def import_wandb(
         converted = external.wandb_records(file, external.load_mapping(mapping))
     except external.MappingError as exc:
         fail(str(exc))
-    _send_converted(str(file), converted, rejects or Path.cwd() / f"{file.stem}.rejects.csv", as_json, quiet)
+    _send_converted(str(file), converted, rejects or default_rejects_path(file.stem), as_json, quiet)

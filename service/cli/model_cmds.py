@@ -1,5 +1,6 @@
-"""`scalebook retire` / `unretire` (take runs out of, or back into, every analytic) and
-`scalebook suggest` (the configurations to benchmark next)."""
+"""`scalebook retire` / `unretire` (take runs out of, or back into, every analytic), `scalebook
+delete` (runs gone for good, admin token, after a confirmation) and `scalebook suggest` (the
+configurations to benchmark next)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ from service.cli.base import (
     SeqLenOpt,
     VocabSizeOpt,
     app,
+    call,
     client,
     console,
+    err_console,
     fail,
     fetch,
     print_json,
@@ -92,6 +95,48 @@ def unretire(
 ) -> None:
     """Bring retired runs back into the analytics."""
     _send(lambda: client().unretire(ids, _filter(where)), as_json)
+
+
+def _ids_text(ids: list[int], shown: int = 20) -> str:
+    return ", ".join(f"#{i}" for i in ids[:shown]) + (f" … ({len(ids) - shown:,} more)" if len(ids) > shown else "")
+
+
+@app.command()
+def delete(
+    ids: list[int] = typer.Option(None, "--id", help="a run id (repeatable)"),
+    where: list[str] = typer.Option(None, "--where", help="filter key=value (repeatable), as for retire; "
+                                    "e.g. model_name=test-junk or source=api"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="only count and list the runs that would go"),
+    as_json: bool = typer.Option(False, "--json", help="print the API's answer"),
+) -> None:
+    """Delete runs for good (needs an admin token): they leave every answer and SQL, and cannot be
+    brought back. Says how many runs match and asks before deleting (--yes skips the question).
+    To keep runs but leave them out of the analytics, use `scalebook retire` instead."""
+    selection: dict[str, Any] = {k: v for k, v in (("ids", ids or None), ("filter", _filter(where))) if v}
+    if not selection:
+        fail("say which runs: --id N or --where key=value (deleting every run is not possible)", code=2)
+    preview = call("POST", "/runs/delete", json={**selection, "dry_run": True})
+    matched: list[int] = preview["ids"]
+    if dry_run or not matched:
+        if as_json:
+            print_json(preview)
+        else:
+            console.print(f"{len(matched):,} run(s) match" + (f": {_ids_text(matched)}" if matched else "")
+                          + ("; nothing deleted (--dry-run)" if matched else ""))
+        return
+    if not yes:
+        err_console.print(f"{len(matched):,} run(s) match: {_ids_text(matched)}\nThey will be deleted for good "
+                          "(`scalebook retire` keeps runs but leaves them out of the analytics).")
+        if not typer.confirm(f"Delete {len(matched):,} run(s)?", default=False, err=True):
+            err_console.print("nothing deleted")
+            raise typer.Exit(1)
+    # exactly the runs the user was shown (and that still match): nothing stored meanwhile goes
+    answer = call("POST", "/runs/delete", json={**selection, "ids": matched})
+    if as_json:
+        print_json(answer)
+    else:
+        console.print(f"deleted {answer['deleted']:,} run(s): {_ids_text(answer['ids'])}")
 
 
 @app.command()

@@ -2,8 +2,11 @@
 the shipped data (the nanotron sweep and the published tables, parsed by the ingest parsers and
 POSTed through the API, as `scalebook up` loads them); a real `streamlit run dashboard/app.py` reads
 it. Each page must finish drawing its content (bench/browser.py ``drawn``) and show what it is for;
-expected values come from the CSV (csv module), not from the code under test. Screenshots land in
-test-output/pages-<backend>-<page>.png.
+expected values come from the CSV (csv module), not from the code under test. Every page is drawn
+in a 1280×800 window (DuckDB) and a 1600×1200 one (PostgreSQL): at both the heatmap's cell text
+fits its cells. The widened heatmap ("All GPUs & lengths") is in the URL and survives a reload,
+with no Session State warning in the dashboard's log; /docs draws Swagger UI with no network.
+Screenshots land in test-output/pages-<backend>-<width>-<page>.png.
 """
 
 from __future__ import annotations
@@ -53,20 +56,48 @@ def site(live_api, data_dir, tmp_path):
     proc = bb.start_dashboard(live_api, bb.free_port(), tmp_path / "streamlit.log")
     port = proc.args[proc.args.index("--server.port") + 1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield Site(f"http://127.0.0.1:{port}", tmp_path / "streamlit.log")
     finally:
         bb.stop(proc)
 
 
+class Site(str):
+    """The dashboard's URL, with the path of its log."""
+
+    log: Path
+
+    def __new__(cls, url: str, log: Path) -> Site:
+        obj = super().__new__(cls, url)
+        obj.log = log
+        return obj
+
+
+#: the window each backend's run draws the pages in: every page at both sizes, each backend once
+SIZES = {"duckdb": (1280, 800), "postgresql": (1600, 1200)}
+
+
 @pytest.fixture
-def chrome(tmp_path):
+def chrome(tmp_path, backend):
     if not bb.available():
         pytest.skip("headless Chromium is not installed: run scripts/install_browser.sh")
-    driver = bb.chromium(tmp_path / "profile", height=1800)
+    width, height = SIZES[backend]
+    driver = bb.chromium(tmp_path / "profile", width=width, height=height)
     try:
         yield driver
     finally:
         driver.quit()
+
+
+_CELL_TEXT_FITS_JS = """
+// widest line of cell text in the heatmap, and the narrowest column (distance between node ticks)
+const ticks = [...document.querySelectorAll('.js-plotly-plot .xtick text')].map(t => t.getBoundingClientRect())
+    .map(r => r.left + r.width / 2).sort((a, b) => a - b);
+let column = Infinity;
+for (let i = 1; i < ticks.length; i++) column = Math.min(column, ticks[i] - ticks[i - 1]);
+const lines = [...document.querySelectorAll('.js-plotly-plot .hm text tspan, .js-plotly-plot .textpoint text tspan,'
+    + ' .js-plotly-plot g.hm text')].map(t => t.getBoundingClientRect().width);
+return [Math.max(0, ...lines), column, lines.length];
+"""
 
 
 def body_text(driver) -> str:
@@ -78,7 +109,7 @@ def body_text(driver) -> str:
 def shot(driver, backend: str, page: str) -> None:
     OUTPUT.mkdir(exist_ok=True)
     time.sleep(0.5)
-    driver.save_screenshot(str(OUTPUT / f"pages-{backend}-{page or 'heatmap'}.png"))
+    driver.save_screenshot(str(OUTPUT / f"pages-{backend}-{SIZES[backend][0]}-{page or 'heatmap'}.png"))
 
 
 def chart_lines(driver) -> list[str]:
@@ -88,7 +119,7 @@ def chart_lines(driver) -> list[str]:
         [t.text for t in driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot svg text") if t.text]
 
 
-def test_every_page_draws_its_content(site, chrome, data_dir, backend):
+def test_every_page_draws_its_content(site, chrome, data_dir, backend, live_api):
     from selenium.webdriver.common.by import By
 
     # landing: the comparable slice is named, families are rows, the cells carry their configurations
@@ -99,7 +130,20 @@ def test_every_page_draws_its_content(site, chrome, data_dir, backend):
     lines = chart_lines(chrome)
     assert dims in lines and rest in lines and "1–2B" in lines and "7–8B" in lines
     assert "Deploy" not in text and "Traceback" not in text
+    widest, column, n_lines = chrome.execute_script(_CELL_TEXT_FITS_JS)
+    assert n_lines > 10 and widest <= column, (widest, column)  # no cell text spills into its neighbours
     shot(chrome, backend, "")
+
+    # "All GPUs & lengths": the widened view is in the URL, survives a reload; no Session State warning
+    link = next(a for a in chrome.find_elements(By.TAG_NAME, "a") if "All GPUs" in a.text)
+    link.click()
+    bb.wait_drawn(chrome, "are mixed in these cells", ".js-plotly-plot", timeout_s=120)
+    assert "hm_gpu=any" in chrome.current_url and "hm_seq=any" in chrome.current_url
+    chrome.refresh()
+    bb.wait_drawn(chrome, "are mixed in these cells", ".js-plotly-plot", timeout_s=120)
+    assert "hm_gpu=any" in chrome.current_url
+    assert "GB300" in " ".join(chart_lines(chrome)) or "GB300" in body_text(chrome)
+    assert "Session State" not in site.log.read_text()
 
     # a shared link restores the metric, the slice and the selected cell
     chrome.get(f"{site}/?hm_metric=MFU&hm_fw=nanotron&hm_cell=1%E2%80%932B+%C3%97+2+nodes")
@@ -153,3 +197,8 @@ def test_every_page_draws_its_content(site, chrome, data_dir, backend):
     heading = next(h for h in chrome.find_elements(By.TAG_NAME, "h3") if h.text.startswith("What if?"))
     chrome.execute_script("arguments[0].scrollIntoView({block: 'start'});", heading)
     shot(chrome, backend, "what_if")
+
+    # the API's /docs draws Swagger UI from the package's own assets (this machine has no network)
+    chrome.get(f"{live_api}/docs")
+    bb.wait_drawn(chrome, "/api/v1/runs", ".swagger-ui .opblock", timeout_s=60)
+    assert "DELETE" in body_text(chrome)
