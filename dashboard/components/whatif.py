@@ -48,7 +48,7 @@ def panel(key: str, options: dict[str, Any], seed: dict[str, Any]) -> None:
                                      *([seed["framework"]] if seed.get("framework") else [])]))
     precisions = list(dict.fromkeys([rec.RECORDS, *PRECISIONS, *options.get("precision", [])]))
     with st.form(key=f"{key}_form", border=True):
-        c = st.columns([1.1, 0.7, 0.7, 1.6, 0.9, 1.6, 1.2])
+        c = st.columns([1.1, 0.7, 0.9, 1.6, 0.9, 1.5, 1.1])
         values: dict[str, Any] = {
             "model": c[0].text_input("Model size", key=f"{key}_model"),
             "nodes": c[1].number_input("Nodes", min_value=1, step=1, key=f"{key}_nodes"),
@@ -58,7 +58,7 @@ def panel(key: str, options: dict[str, Any], seed: dict[str, Any]) -> None:
             "framework": c[5].selectbox("Framework", frameworks, key=f"{key}_fw", accept_new_options=True),
             "precision": c[6].selectbox("Precision", precisions, key=f"{key}_prec", accept_new_options=True),
         }
-        c = st.columns(9)
+        c = st.columns([1, 1, 1, 1, 1, 1, 1, 1, 1.5])
         for i, (f, label) in enumerate((("dp", "DP"), ("tp", "TP"), ("pp", "PP"), ("cp", "CP"), ("ep", "EP"),
                                         ("micro_batch_size", "MBS"), ("grad_accum_steps", "GAS"))):
             values[f] = c[i].number_input(label, min_value=0 if f == "dp" else 1, step=1, key=f"{key}_{f}")
