@@ -105,3 +105,22 @@ def test_the_sweep_importer_says_its_llama_mlp_is_gated(database, data_dir):
         store.store_runs(s, named[:20])
     with database.session() as s:
         assert {r.gated_linear_unit for r in s.query(Run).all()} == {True}
+
+
+@pytest.mark.parametrize("name,params,expected", [
+    ("LLAMA3_70B", 70_000_000_000, "llama370b"), ("Llama 3.1 405B", 405_000_000_000, "llama31405b"),
+    ("LLAMA2-7B", 7_000_000_000, "llama27b"), ("MPT-7b", 6_658_859_008, "mpt7b"), ("mpt-760m", None, "mpt760m"),
+    ("LLAMA3_70B", 8_000_000_000, None),  # the name with another model's size: not taken
+    ("Llama 3 70B Instruct", 70_000_000_000, None), (None, None, None)])
+def test_a_published_model_named_by_a_run_gives_its_dims(name, params, expected):
+    """A run that names a published model (the published tables say LLAMA3_70B, MPT-7b, …) and not its
+    dims ran that model's architecture; a size far from the model's is another model."""
+    from core.model import ModelShape, known_model
+
+    found = known_model(name, params)
+    assert (found.name if found else None) == expected
+    if found is not None:
+        shape = ModelShape(found.h, found.layers, found.heads, found.kv, found.ffn, found.vocab, found.tied,
+                           found.gated)
+        assert shape.total_params() == pytest.approx(found.params, rel=0.015)
+        assert found.gated is found.name.startswith("llama")  # Llama's SwiGLU; MPT's GELU MLP
