@@ -227,3 +227,74 @@ def stage_split(shape: ModelShape, pp: int, balanced: bool) -> tuple[list[int], 
         if rank < pp - 1 and cum >= total * (rank + 1) / pp:
             rank += 1
     return counts, rank
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    """A published model's architecture, from its released configuration (`source`): what a run that
+    names the model but not its dims ran (core/model.known_model)."""
+
+    name: str
+    params: int
+    layers: int
+    h: int
+    heads: int
+    kv: int
+    ffn: int
+    vocab: int
+    gated: bool
+    tied: bool
+    source: str
+
+
+_LLAMA3 = "config.json of meta-llama/{} on the Hugging Face Hub"
+_MPT = ("llm-foundry scripts/train/yamls/pretrain/{}.yaml (d_model, n_heads, n_layers, expansion_ratio 4, "
+        "vocab 50368; GELU MLP, tied embeddings), the configurations of its published benchmark table")
+#: published models by normalised name (known_model): only architectures read off their released
+#: configuration files, each with its source
+KNOWN_MODELS: dict[str, KnownModel] = {m.name: m for m in (
+    KnownModel("llama38b", 8_030_261_248, 32, 4096, 32, 8, 14336, 128256, True, False,
+               _LLAMA3.format("Meta-Llama-3-8B")),
+    KnownModel("llama318b", 8_030_261_248, 32, 4096, 32, 8, 14336, 128256, True, False,
+               _LLAMA3.format("Llama-3.1-8B")),
+    KnownModel("llama370b", 70_553_706_496, 80, 8192, 64, 8, 28672, 128256, True, False,
+               _LLAMA3.format("Meta-Llama-3-70B")),
+    KnownModel("llama3170b", 70_553_706_496, 80, 8192, 64, 8, 28672, 128256, True, False,
+               _LLAMA3.format("Llama-3.1-70B")),
+    KnownModel("llama31405b", 405_853_388_800, 126, 16384, 128, 8, 53248, 128256, True, False,
+               _LLAMA3.format("Llama-3.1-405B")),
+    KnownModel("llama27b", 6_738_415_616, 32, 4096, 32, 32, 11008, 32000, True, False,
+               _LLAMA3.format("Llama-2-7b-hf")),
+    KnownModel("llama213b", 13_015_864_320, 40, 5120, 40, 40, 13824, 32000, True, False,
+               _LLAMA3.format("Llama-2-13b-hf")),
+    KnownModel("llama270b", 68_976_648_192, 80, 8192, 64, 8, 28672, 32000, True, False,
+               _LLAMA3.format("Llama-2-70b-hf")),
+    KnownModel("gpt3175b", 174_600_000_000, 96, 12288, 96, 96, 49152, 50257, False, True,
+               "Brown et al. 2020, arXiv 2005.14165, Table 2.1 (96 layers, d_model 12,288, 96 heads, ffn 4·d_model)"),
+    KnownModel("mpt125m", 125_311_488, 12, 768, 12, 12, 3072, 50368, False, True, _MPT.format("mpt-125m")),
+    KnownModel("mpt350m", 355_985_408, 24, 1024, 16, 16, 4096, 50368, False, True, _MPT.format("mpt-350m")),
+    KnownModel("mpt760m", 760_470_528, 24, 1536, 12, 12, 6144, 50368, False, True, _MPT.format("mpt-760m")),
+    KnownModel("mpt1b", 1_315_950_592, 24, 2048, 16, 16, 8192, 50368, False, True, _MPT.format("mpt-1b")),
+    KnownModel("mpt3b", 2_651_837_440, 32, 2560, 20, 20, 10240, 50368, False, True, _MPT.format("mpt-3b")),
+    KnownModel("mpt7b", 6_658_859_008, 32, 4096, 32, 32, 16384, 50368, False, True, _MPT.format("mpt-7b")),
+    KnownModel("mpt13b", 12_853_954_560, 40, 5120, 40, 40, 20480, 50368, False, True, _MPT.format("mpt-13b")),
+    KnownModel("mpt30b", 29_975_214_080, 48, 7168, 64, 64, 28672, 50368, False, True, _MPT.format("mpt-30b")),
+    KnownModel("mpt70b", 64_862_437_376, 80, 8192, 64, 64, 32768, 50368, False, True, _MPT.format("mpt-70b")),
+)}
+#: a record's model_params must be within this of the known model's count for its dims to be taken
+KNOWN_PARAMS_TOLERANCE = 0.05
+
+
+def known_model(model_name: str | None, model_params: int | None = None) -> KnownModel | None:
+    """The published model a run names ("LLAMA3_70B", "Llama 3.1 405B", "MPT-7b": lower case, letters
+    and digits only, matched whole), None when the name is not one of KNOWN_MODELS or the record's
+    model_params differs from the model's by more than KNOWN_PARAMS_TOLERANCE (another model of the
+    same name). A run's dims are taken from it only when it states none (service/derive.py)."""
+    if not model_name:
+        return None
+    found = KNOWN_MODELS.get(re.sub(r"[^a-z0-9]", "", model_name.lower()))
+    if found is None:
+        return None
+    if model_params and abs(model_params - found.params) > KNOWN_PARAMS_TOLERANCE * found.params:
+        return None
+    return found

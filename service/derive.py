@@ -36,7 +36,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from core import hardware
-from core.model import active_params, flops_per_token, is_moe, model_size_class, params_from_dims
+from core.model import (
+    active_params,
+    flops_per_token,
+    is_moe,
+    known_model,
+    model_size_class,
+    params_from_dims,
+)
 
 #: Config and environment fields that make two runs "the same experiment" for regressions.
 FINGERPRINT_FIELDS = (
@@ -143,6 +150,7 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
             row["global_batch_tokens"] = dp * mbs * gas * seq
             derived.append("global_batch_tokens")
 
+    derived += known_dims(row, extra)
     n_params = row.get("model_params")
     n_source = "model_params"
     if not n_params:
@@ -243,3 +251,28 @@ def content_hash(reported: dict[str, Any]) -> str:
     """SHA-256 of the reported fields (run_key excluded), canonical JSON: idempotency check."""
     body = {k: v for k, v in reported.items() if k != "run_key" and v is not None}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+#: the dims a published model's configuration gives (core/model.KnownModel's field for each)
+_KNOWN_DIMS = {"num_layers": "layers", "hidden_size": "h", "num_heads": "heads", "num_kv_heads": "kv",
+               "ffn_hidden_size": "ffn", "vocab_size": "vocab", "gated_linear_unit": "gated"}
+
+
+def known_dims(row: dict[str, Any], extra: dict[str, Any]) -> list[str]:
+    """Fill the dims of a run that names a published model (core/model.known_model: "LLAMA3_70B",
+    "MPT-7b") and states neither num_layers nor hidden_size, from that model's released configuration;
+    extra.dims_source names it. Returns the fields filled (derived: never a value the run contradicts —
+    a stated dim, or a model_params more than 5 % off, leaves the run as it is)."""
+    if row.get("num_layers") or row.get("hidden_size"):
+        return []
+    model = known_model(row.get("model_name"), row.get("model_params"))
+    if model is None:
+        return []
+    filled = [f for f in _KNOWN_DIMS if row.get(f) is None]
+    for f in filled:
+        row[f] = getattr(model, _KNOWN_DIMS[f])
+    if "tie_word_embeddings" not in extra:
+        extra["tie_word_embeddings"] = model.tied
+        filled.append("extra.tie_word_embeddings")
+    extra["dims_source"] = model.source
+    return filled

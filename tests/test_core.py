@@ -17,7 +17,7 @@ from core.model import ModelShape, params_from_dims, resolve_shape, stage_split
 from core.record import parse_count, parse_param_count
 from core.rules import best_key, config_label, effective_mfu
 
-RUN = {"model_name": "llama3-8b", "model_params": 8_000_000_000, "seq_len": 4096, "gpu_type": "H100",
+RUN = {"model_name": "custom-8b", "model_params": 8_000_000_000, "seq_len": 4096, "gpu_type": "H100",
        "gpus_per_node": 8, "nodes": 1, "tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 1,
        "grad_accum_steps": 1, "precision": "bf16", "status": "success", "tokens_per_sec_per_gpu": 1000.0}
 

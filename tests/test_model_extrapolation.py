@@ -105,3 +105,41 @@ def test_the_sweep_importer_says_its_llama_mlp_is_gated(database, data_dir):
         store.store_runs(s, named[:20])
     with database.session() as s:
         assert {r.gated_linear_unit for r in s.query(Run).all()} == {True}
+
+
+@pytest.mark.parametrize("name,params,expected", [
+    ("LLAMA3_70B", 70_000_000_000, "llama370b"), ("Llama 3.1 405B", 405_000_000_000, "llama31405b"),
+    ("LLAMA2-7B", 7_000_000_000, "llama27b"), ("MPT-7b", 6_658_859_008, "mpt7b"), ("mpt-760m", None, "mpt760m"),
+    ("LLAMA3_70B", 8_000_000_000, None),  # the name with another model's size: not taken
+    ("Llama 3 70B Instruct", 70_000_000_000, None), (None, None, None)])
+def test_a_published_model_named_by_a_run_gives_its_dims(name, params, expected):
+    """A run that names a published model (the published tables say LLAMA3_70B, MPT-7b, …) and not its
+    dims ran that model's architecture; a size far from the model's is another model."""
+    from core.model import ModelShape, known_model
+
+    found = known_model(name, params)
+    assert (found.name if found else None) == expected
+    if found is not None:
+        shape = ModelShape(found.h, found.layers, found.heads, found.kv, found.ffn, found.vocab, found.tied,
+                           found.gated)
+        assert shape.total_params() == pytest.approx(found.params, rel=0.015)
+        assert found.gated is found.name.startswith("llama")  # Llama's SwiGLU; MPT's GELU MLP
+
+
+def test_a_run_naming_a_published_model_is_stored_with_its_dims_said_derived(client):
+    """POST a run that says LLAMA3_70B and no dims: the server fills them from Llama 3 70B's released
+    configuration (GQA, 80 layers), lists them in extra.derived_fields with extra.dims_source, and derives
+    the MFU with the attention term; a run that states a dim keeps what it said."""
+    run = {"run_key": "l70", "model_name": "LLAMA3_70B", "model_params": 70_000_000_000, "seq_len": 8192,
+           "gpu_type": "H100-SXM-80GB", "nodes": 8, "gpus_per_node": 8, "dp": 4, "tp": 4, "pp": 4,
+           "status": "success", "tokens_per_sec_per_gpu": 1500.0, "precision": "bf16"}
+    r = client.post("/api/v1/runs", json=run)
+    assert r.status_code == 201, r.text
+    got = client.get(f"/api/v1/runs/{r.json()['id']}").json()
+    assert (got["num_layers"], got["hidden_size"], got["num_kv_heads"], got["gated_linear_unit"]) == (80, 8192, 8, True)
+    assert "meta-llama/Meta-Llama-3-70B" in got["extra"]["dims_source"]
+    assert {"num_layers", "hidden_size", "num_kv_heads"} <= set(got["extra"]["derived_fields"])
+    assert got["mfu_method"] == "6N+12Lhs"
+    said = client.post("/api/v1/runs", json={**run, "run_key": "l70-dims", "num_layers": 81}).json()
+    stored = client.get(f"/api/v1/runs/{said['id']}").json()
+    assert stored["num_layers"] == 81 and stored["hidden_size"] is None and "dims_source" not in (stored["extra"] or {})

@@ -29,7 +29,7 @@ from ingest.parsers.common import ParseResult, Reject, UnknownColumns, check_col
 
 __all__ = ["iter_csv", "iter_jsonl", "parse_rows"]
 
-_SERVER_EXTRA = ("derived_fields", "assumed_fields", "canonicalised_fields")
+_SERVER_EXTRA = ("derived_fields", "assumed_fields", "canonicalised_fields", "dims_source")
 
 
 def iter_csv(path: str | os.PathLike) -> Iterable[tuple[int, dict[str, Any]]]:
@@ -85,6 +85,8 @@ def _as_reported(record: dict[str, Any]) -> dict[str, Any]:
     for field in list(extra.get("derived_fields") or []) + list(extra.get("assumed_fields") or []):
         if field in REPORTED_FIELDS:
             record.pop(field, None)
+        elif field.startswith("extra."):  # a key the server set in extra (extra.tie_word_embeddings)
+            extra.pop(field[len("extra."):], None)
     for field in extra.get("canonicalised_fields") or []:
         if f"{field}_reported" in extra:
             record[field] = extra.pop(f"{field}_reported")
