@@ -51,6 +51,7 @@ from service.analytics.anchor import SUPPORT_DISTANCE, Anchors, interval_halves
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value
 from service.errors import BadRequest
+from service.lifecycle import FINISHED
 from service.tables import Run
 
 LAYOUT_FIELDS = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute")
@@ -720,11 +721,11 @@ def recommend(
 
 
 def recorded_on_target(session: Session, ctx: dict[str, Any]) -> set[tuple]:
-    """Configurations with any recorded run (any status, not retired) on this very target."""
+    """Configurations with any finished run (any status, not retired) on this very target."""
     cols = [getattr(Run, f) for f in CONFIG_FIELDS]
     q = sa.select(*cols).distinct().where(Run.model_size_class == ctx["size_class"], Run.nodes == ctx["nodes"],
                                           Run.gpu_type == ctx["gpu_type"], Run.seq_len == ctx["seq_len"],
-                                          Run.retired_at.is_(None))
+                                          Run.retired_at.is_(None), FINISHED)
     return {tuple(_value(dict(zip(CONFIG_FIELDS, r)), f) for f in CONFIG_FIELDS) for r in session.execute(q)}
 
 
