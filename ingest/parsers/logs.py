@@ -70,8 +70,10 @@ Reduction rules
   printed none. Steps whose loss or grad norm was NaN/inf (Megatron: ``grad norm: nan`` or ``number
   of nan iterations: N`` > 0 -- it omits a NaN ``lm loss`` from the line) are counted, as logged
   steps (one Megatron line covers its log interval), in ``extra.non_finite_steps`` /
-  ``extra.first_non_finite_step``; a diverged run that kept running is
-  not a failure in the taxonomy, its status stays what the log shows.
+  ``extra.first_non_finite_step``. A run whose LAST logged step is non-finite diverged: ``status =
+  failed``, ``error_class = divergence`` (DESIGN §6), unless the log shows a more specific failure than
+  a symptom (``child_process_failed``, ``unknown``); a run that recovered from a non-finite step (fp16
+  loss scaling skips such steps) keeps the status its log shows.
 * Never a guess: a parallel degree the log does not state is left out (the server derives it only
   where ``tp·pp·cp·dp = world_size`` determines it). Values computed here from printed numbers
   (tokens/s/GPU from batch x sequence / step time / world size; nodes from torchrun's default) are
@@ -86,7 +88,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core.record import ALIASES, COUNT_SUFFIXES, REPORTED_FIELDS
-from ingest.classify import classify_text
+from ingest.classify import SYMPTOMS, classify_text, status_for
 from ingest.parsers import log_formats
 from ingest.parsers.log_facts import log_facts
 
@@ -429,6 +431,7 @@ def parse_log(text: str, log_format: str | None = None, **fields: Any) -> dict[s
     record.update(facts)
     extra.update(facts_extra)
     records: list[dict] = []
+    diverged: str | None = None
     if fmt in _EXTRACTORS:
         record["framework"] = FRAMEWORK[fmt]
         records, memory, config, fmt_extra = _EXTRACTORS[fmt](clean)
@@ -503,11 +506,18 @@ def parse_log(text: str, log_format: str | None = None, **fields: Any) -> dict[s
         bad = list(dict.fromkeys(r["step"] for r in records if r.get("non_finite")))
         if bad:
             extra.update(non_finite_steps=len(bad), first_non_finite_step=bad[0])
+        if any(r.get("non_finite") for r in tail):
+            diverged = (f"loss or grad norm not finite at the last logged step {records[-1]['step']} "
+                        f"({len(bad)} non-finite logged step(s), the first at step {bad[0]})")
     measured = any(r.get(k) is not None for r in records
                    for k in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "step_time_s", "samples_per_sec"))
 
     failure = classify_text(clean)
-    if failure.error_class is not None:
+    if diverged is not None and failure.error_class in (None, *SYMPTOMS):
+        # the run ended on a NaN/inf loss or grad norm: a diverged run (DESIGN §6), whatever symptom
+        # (a child process failing, a bare traceback) followed it
+        record.update(status=status_for("divergence"), error_class="divergence", error_message=diverged)
+    elif failure.error_class is not None:
         record["status"] = failure.status
         record["error_class"] = failure.error_class
         record["error_message"] = (failure.line or "")[:MAX_MESSAGE]
