@@ -15,8 +15,21 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-#: `status` values. A failed run is a result, never dropped.
+#: `status` values of a finished run. A failed run is a result, never dropped.
 STATUSES = ("success", "oom", "nccl_error", "timeout", "failed")
+
+#: the status of a run opened at the start of its job and not finished yet (DESIGN §9): stored as such,
+#: the one stored status that may still change (once, to one of STATUSES)
+RUNNING = "running"
+#: how a running run reads once its last heartbeat is older than lost_after_s: derived when read
+#: (core/lifecycle.py), never stored
+LOST = "lost"
+#: the statuses of a run that has not finished
+UNFINISHED_STATUSES = (RUNNING, LOST)
+#: what a client may send as `status`: a finished run's, or `running` to open one (never `lost`)
+REPORTED_STATUSES = (*STATUSES, RUNNING)
+#: every status a run can read as (GET /runs, its filter, SQL, dashboard, CLI)
+ALL_STATUSES = (*STATUSES, *UNFINISHED_STATUSES)
 
 #: `recompute` values (activation checkpointing).
 RECOMPUTE = ("none", "selective", "full")
