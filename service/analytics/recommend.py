@@ -48,6 +48,7 @@ from core.record import parse_param_count
 from service.analytics import on_target
 from service.analytics import throughput as th
 from service.analytics.anchor import SUPPORT_DISTANCE, Anchors, interval_halves
+from service.analytics.layouts import enumerate_layouts, recorded_options
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value
 from service.errors import BadRequest
@@ -55,7 +56,6 @@ from service.tables import Run
 
 LAYOUT_FIELDS = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute")
 _RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
-_POW2 = (1, 2, 4, 8, 16, 32, 64)
 #: the most the interval's half-width is widened by (× (1 + widen)) for extrapolation
 MAX_WIDEN = 2.0
 #: "what worked" answers propose only configurations predicted to fit with this relative headroom: the
@@ -382,40 +382,10 @@ def _target_framework(target: Target, found: on_target.Measured, rows: list[dict
 
 
 def layouts(ctx: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every valid configuration for the target: options are the values the framework's records
-    show (plus powers of two for TP/PP/MBS), filtered to divide the world size (TP·PP·CP), the heads
-    (TP), the layers (PP ≤ L) and to hit the global batch exactly (GAS whole, ≥ 1)."""
-    fw = [r for r in rows if r["framework"] == ctx["framework"]] or rows
-    world, seq, gbt = ctx["nodes"] * ctx["gpus_per_node"], ctx["seq_len"], ctx["global_batch_tokens"]
-    heads, layers = ctx.get("num_heads"), ctx.get("num_layers")
-    tps = sorted({*_POW2, *(r["tp"] for r in fw if r["tp"])})
-    pps = sorted({*_POW2, *(r["pp"] for r in fw if r["pp"])})
-    cps = sorted({r["cp"] for r in fw if r["cp"]} | {1})
-    zeros = sorted({r["zero_stage"] or 0 for r in fw} or {0})
-    recs = sorted({r["recompute"] or "none" for r in fw} or {"none"})
-    mbss = sorted({*_POW2, *(r["micro_batch_size"] for r in fw)})
-    out = []
-    for tp in tps:
-        if world % tp or (heads and heads % tp):
-            continue
-        for pp in pps:
-            if world % (tp * pp) or (layers and pp > layers):
-                continue
-            for cp in cps:
-                if world % (tp * pp * cp) or seq % cp:
-                    continue
-                dp = world // (tp * pp * cp)
-                for mbs in mbss:
-                    per = dp * mbs * seq
-                    if gbt % per or gbt // per < 1:
-                        continue
-                    for zero in zeros:
-                        if zero > 0 and dp * cp == 1:
-                            continue
-                        for rc in recs:
-                            out.append({"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": 1, "zero_stage": zero,
-                                        "micro_batch_size": mbs, "grad_accum_steps": gbt // per, "recompute": rc})
-    return out
+    """Every valid configuration for the target (service/analytics/layouts.py): options are the values
+    the framework's records show (plus powers of two for TP/PP/MBS), filtered to divide the world size
+    (TP·PP·CP), the heads (TP), the layers (PP ≤ L) and to hit the global batch exactly (GAS whole, ≥ 1)."""
+    return enumerate_layouts(ctx, recorded_options(ctx, rows))
 
 
 def _run_record(cfg: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
