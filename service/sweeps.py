@@ -8,9 +8,9 @@ counts by status, the best run so far with its figures, the best so far over the
 order they were handed out, each run's predicted vs measured throughput, and what is left.
 
 Strategies
-- `grid`: every valid combination (service/analytics/layouts.py: TP·PP·CP divides the world size, TP the
-  heads, CP the sequence, EP DP·CP, PP ≤ layers, GAS whole) of the listed values of dp, tp, pp, cp, ep,
-  zero_stage, micro_batch_size and recompute; a field not listed takes its default (1, ZeRO 0,
+- `grid`: every valid combination (service/analytics/recommend.enumerate_layouts: TP·PP·CP divides the
+  world size, TP the heads, CP the sequence, EP DP·CP, PP ≤ layers, GAS whole) of the listed values of
+  dp, tp, pp, cp, ep, zero_stage, micro_batch_size and recompute; a field not listed takes its default (1, ZeRO 0,
   recompute "none"; DP whatever the world size leaves). Handed out in enumeration order.
 - `suggest`: /suggest's expected improvement (service/analytics/suggest.py), one configuration at a
   time; the sweep stops when the best expected improvement falls below `min_expected_improvement`
@@ -32,11 +32,14 @@ from core.record import parse_param_count
 from core.rules import CONFIG_FIELDS, config_label
 from service import limits as L
 from service.analytics import recommend as rec
-from service.analytics.layouts import OPTION_FIELDS, enumerate_layouts
+from service.analytics.target import CompletedTarget
 from service.errors import Conflict, NotFound, ValidationFailed
 from service.tables import Run, Sweep, SweepLease
 
 STRATEGIES = ("grid", "suggest")
+
+#: the fields a grid lists values of (DP and GAS follow from them and the target; DP may be listed too)
+OPTION_FIELDS = ("dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size", "recompute")
 
 #: The suggest strategy's stop threshold: the sweep is done when no configuration's expected
 #: improvement (suggest.expected_improvement: a fraction of the best run so far) reaches 1 %. The
@@ -114,13 +117,23 @@ def normalise_grid(grid: dict[str, Any] | None) -> dict[str, list[Any]]:
 
 
 def grid_configs(target: dict[str, Any], grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Every valid configuration of a grid sweep, in enumeration order (service/analytics/layouts.py).
-    The target must give seq_len and global_batch_tokens (GAS follows from them). Raises
+    """Every valid configuration of a grid sweep, in enumeration order (recommend.enumerate_layouts,
+    the recommender's own: TP outermost, recompute innermost). A field the grid does not list takes its
+    default: 1 (TP, PP, CP, EP, micro-batch), ZeRO 0, recompute "none", DP whatever the world size
+    leaves. The target must give seq_len and global_batch_tokens (GAS follows from them). Raises
     ValidationFailed when it does not."""
     for field in ("seq_len", "global_batch_tokens"):
         if not target.get(field):
             raise _invalid(f"target.{field}", None, "a grid sweep needs it (GAS = batch / (DP·MBS·seq_len))")
-    return enumerate_layouts(target, grid)
+    ctx = CompletedTarget(model_params=target["model_params"], nodes=target["nodes"],
+                          gpus_per_node=target["gpus_per_node"], gpu_type=target.get("gpu_type") or "",
+                          seq_len=target["seq_len"], precision=target.get("precision") or "",
+                          num_layers=target.get("num_layers"), num_heads=target.get("num_heads"),
+                          global_batch_tokens=target["global_batch_tokens"])
+    opts = rec.LayoutOptions(tp=grid.get("tp") or [1], pp=grid.get("pp") or [1], cp=grid.get("cp") or [1],
+                             zero_stage=grid.get("zero_stage") or [0], recompute=grid.get("recompute") or ["none"],
+                             micro_batch_size=grid.get("micro_batch_size") or [1])
+    return rec.enumerate_layouts(ctx, opts, dps=grid.get("dp"), eps=grid.get("ep"))
 
 
 def to_recommend_target(target: dict[str, Any]) -> rec.Target:

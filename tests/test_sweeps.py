@@ -9,8 +9,8 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from service.analytics.layouts import enumerate_layouts
 from service.cli import app
+from service.sweeps import grid_configs
 
 GRID = {"name": "llama-1b-1node", "strategy": "grid", "budget": 6,
         "target": {"model_params": "1.34B", "nodes": 1, "gpus_per_node": 8, "gpu_type": "H100", "seq_len": 4096,
@@ -27,17 +27,18 @@ def _run(sweep: str | None, tp: int, mbs: int, tps: float | None, status: str = 
 
 
 def test_grid_is_every_valid_combination_of_the_listed_values():
-    ctx = {"nodes": 1, "gpus_per_node": 8, "seq_len": 4096, "global_batch_tokens": 1048576, "num_heads": 12,
-           "num_layers": 4}
-    got = enumerate_layouts(ctx, {"tp": [1, 2, 3, 8], "pp": [1, 8], "micro_batch_size": [1, 64],
-                                  "zero_stage": [0, 1], "ep": [1, 2]})
+    ctx = {"model_params": 10**9, "nodes": 1, "gpus_per_node": 8, "seq_len": 4096, "global_batch_tokens": 1048576,
+           "num_heads": 12, "num_layers": 4}
+    got = grid_configs(ctx, {"tp": [1, 2, 3, 8], "pp": [1, 8], "micro_batch_size": [1, 64],
+                             "zero_stage": [0, 1], "ep": [1, 2]})
     # TP 3 does not divide 8 GPUs, TP 8 not 12 heads, PP 8 exceeds 4 layers; MBS 64 overshoots the batch
     # with DP 8 (8·64·4096 > 2^20) but not with DP 4; ZeRO 1 needs DP > 1; EP 2 divides DP·CP
     assert {c["tp"] for c in got} == {1, 2} and {c["pp"] for c in got} == {1}
     assert all(c["dp"] * c["micro_batch_size"] * c["grad_accum_steps"] * 4096 == 1048576 for c in got)
     assert {(c["tp"], c["micro_batch_size"]) for c in got} == {(1, 1), (2, 1), (2, 64)}
     assert len(got) == 3 * 2 * 2  # × ZeRO 0/1 × EP 1/2
-    assert enumerate_layouts({**ctx, "nodes": 1, "gpus_per_node": 1}, {"zero_stage": [1]}) == []
+    assert grid_configs({**ctx, "nodes": 1, "gpus_per_node": 1}, {"zero_stage": [1]}) == []
+    assert {c["dp"] for c in grid_configs(ctx, {"tp": [1, 2, 4], "dp": [2, 4]})} == {2, 4}
 
 
 def test_create_is_idempotent_and_refuses_bad_definitions(client):

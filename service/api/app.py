@@ -18,6 +18,7 @@ from service.api import (
     analytics,
     docs,
     errors,
+    live,
     memory,
     planning,
     predict,
@@ -76,6 +77,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     if origins:
         app.add_middleware(CORSMiddleware, allow_origins=sorted(origins), allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "Prefer"])
+    app.include_router(live.router, prefix=API_PREFIX)
     app.include_router(runs.router, prefix=API_PREFIX)
     app.include_router(analytics.router, prefix=API_PREFIX)
     app.include_router(suggest.router, prefix=API_PREFIX)

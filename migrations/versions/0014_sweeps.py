@@ -10,17 +10,17 @@
 - runs.tags: free labels, a JSON list of strings (nullable).
 
 DuckDB refuses ALTER TABLE ... DROP COLUMN on a table with indexes: its indexes on runs are dropped
-and re-created around the downgrade (as in 0007 and 0012).
+and re-created around the downgrade (as in 0007, 0012 and 0013).
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-11-26 16:50:00
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0013'
-down_revision = '0012'
+revision = '0014'
+down_revision = '0013'
 branch_labels = None
 depends_on = None
 
