@@ -118,7 +118,19 @@ bf16: true
 """
 
 
+# a key=value block without a step number, its metrics among other pairs (OLMo-core's SpeedMonitor
+# names, olmo_core/train/callbacks/speed_monitor.py): one record, not one per metric line
+OLMO_CORE_BLOCK = """    optim/total grad norm=0.41
+    throughput/device/MFU=40.10
+    throughput/device/MFU (actual avg)=30.00
+    throughput/device/TPS=100,000
+    throughput/device/TPS (actual avg)=90,000
+    train/CE loss=3.2
+"""
+
+
 @pytest.mark.parametrize("name,text,want", [
+    ("olmo_core_block", OLMO_CORE_BLOCK, {"tokens_per_sec_per_gpu": 100000.0, "mfu": 0.401}),
     ("olmo", OLMO, {"tokens_per_sec_per_gpu": 9655.0, "peak_memory_gib": 41.5215}),
     ("composer", COMPOSER, {"tokens_per_sec_per_gpu": 3126.0, "mfu": 0.415}),  # batch 1 is warm-up
     ("dllogger", DLLOGGER, {"step_time_s": 1.54}),

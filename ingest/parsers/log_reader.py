@@ -329,7 +329,7 @@ def generic_records(lines: list[str]) -> tuple[list[dict[str, Any]], dict[str, f
         if not fields and not bad:
             if step is not None:
                 pending = step
-            open_block = open_block and bool(memory)
+            open_block = open_block and bool(kv) and step is None  # other pairs of the block keep it open
             continue
         if step is None and open_block and records and not (fields.keys() & records[-1].keys()):
             records[-1].update(fields)
