@@ -6,15 +6,15 @@ peak_memory_gib), when the job measured it (recorded_at) and when it arrived (re
 key: DuckDB refuses to delete a run a foreign key points at; deleting a run deletes its steps in the
 same transaction (service/retire.py).
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-11-26 17:00:00
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0014'
-down_revision = '0013'
+revision = '0015'
+down_revision = '0014'
 branch_labels = None
 depends_on = None
 
