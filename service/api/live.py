@@ -29,7 +29,8 @@ class HeartbeatIn(StepFigures):
     """A heartbeat's body: `{}`, or the latest step's figures (then `step` is required, and the step is
     stored as POST …/steps would store it)."""
 
-    step: int | None = Field(default=None, ge=0, le=2**63 - 1, description="the latest optimizer step, when figures are sent")
+    step: int | None = Field(default=None, ge=0, le=2**63 - 1,
+                             description="the latest optimizer step, when figures are sent")
 
     @model_validator(mode="after")
     def _step_with_figures(self) -> HeartbeatIn:

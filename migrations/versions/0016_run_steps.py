@@ -6,15 +6,15 @@ peak_memory_gib), when the job measured it (recorded_at) and when it arrived (re
 key: DuckDB refuses to delete a run a foreign key points at; deleting a run deletes its steps in the
 same transaction (service/retire.py).
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-11-26 17:00:00
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0015'
-down_revision = '0014'
+revision = '0016'
+down_revision = '0015'
 branch_labels = None
 depends_on = None
 
