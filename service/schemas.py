@@ -13,9 +13,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from core.record import ERROR_CLASSES, RECOMPUTE, STATUSES
+from core.record import ALL_STATUSES, ERROR_CLASSES, RECOMPUTE, REPORTED_STATUSES
 
-Status = Literal[STATUSES]  # type: ignore[valid-type]
+#: every status a run reads as (answers, the status filter); `lost` is derived, never reported
+Status = Literal[ALL_STATUSES]  # type: ignore[valid-type]
+#: what a client may report: a finished run's status, or `running` to open a run (DESIGN §9)
+ReportedStatus = Literal[REPORTED_STATUSES]  # type: ignore[valid-type]
 Recompute = Literal[RECOMPUTE]  # type: ignore[valid-type]
 ErrorClass = Literal[ERROR_CLASSES]  # type: ignore[valid-type]
 
@@ -108,7 +111,10 @@ class RunIn(BaseModel):
     torch_version: str | None = Field(default=None, max_length=100)
     cuda_version: str | None = Field(default=None, max_length=100)
     nccl_version: str | None = Field(default=None, max_length=100)
-    status: Status = "success"
+    status: ReportedStatus = Field(default="success", description=(
+        "a finished run's status, or `running` to open a live run at the start of its job (then heartbeat "
+        "it with POST /runs/{run_key}/heartbeat and finish it once with the same run_key and a finished "
+        "status); `lost` is never sent: a running run without a heartbeat for lost_after_s reads so"))
     tokens_per_sec_per_gpu: float | None = Field(default=None, ge=0)
     tflops_per_gpu: float | None = Field(default=None, ge=0)
     mfu: float | None = Field(default=None, ge=0, le=1, description="fraction in [0, 1]")
@@ -155,6 +161,10 @@ class RunOut(RunIn):
     retired_reason: str | None = None
     mfu: float | None = None  # stored as reported; bounds are checked on input only
     hfu: float | None = None
+    status: Status = Field(description="as stored, except a running run whose last heartbeat is older than "
+                                       "lost_after_s, which reads `lost`")
+    last_heartbeat_at: UtcDatetime | None = Field(
+        default=None, description="live runs: when the job was last heard from (opening, heartbeat, steps, finish)")
 
     @field_validator("started_at", "ingested_at")
     @classmethod

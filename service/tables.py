@@ -120,6 +120,11 @@ class Run(Base):
     allreduce_gb_s: Mapped[float | None] = mapped_column(Double)
     ar_intra_node_gb_s: Mapped[float | None] = mapped_column(Double)
 
+    # live runs (DESIGN §9, migration 0013): the last time an open run's job was heard from (its opening,
+    # a heartbeat, a step batch, its finish), naive UTC. A `running` run whose last heartbeat is older than
+    # lost_after_s reads as `lost` (core/lifecycle.py); NULL for a run that was stored finished.
+    last_heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)
+
     __table_args__ = (
         Index("ux_runs_run_key", "run_key", unique=True),
         Index("ix_runs_heatmap", "model_size_class", "nodes", "status"),
@@ -155,6 +160,10 @@ Index("ix_runs_config", Run.gpu_type, Run.framework, Run.precision, Run.model_pa
       Run.recompute, Run.model_size_class,
       postgresql_include=["tokens_per_sec_per_gpu", "id", "peak_memory_gib", "allreduce_gb_s", "ar_intra_node_gb_s"],
       postgresql_where=sa.and_(Run.status == "success", Run.retired_at.is_(None))).ddl_if(dialect="postgresql")
+# the open runs (GET /runs?status=running|lost, the dashboard's Live view): a few rows whatever the size
+# of the table, ordered by their last heartbeat (0013)
+Index("ix_runs_open", Run.last_heartbeat_at, postgresql_include=["id"],
+      postgresql_where=Run.status == "running").ddl_if(dialect="postgresql")
 Index("ix_runs_oom", Run.gpu_type, Run.model_size_class, Run.seq_len, Run.dp, Run.tp, Run.pp, Run.cp, Run.zero_stage,
       Run.micro_batch_size, Run.recompute, postgresql_include=["id"],
       postgresql_where=sa.and_(Run.status == "oom", Run.retired_at.is_(None))).ddl_if(dialect="postgresql")

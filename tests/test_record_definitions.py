@@ -30,7 +30,7 @@ SQL_TYPES = {"s": (sa.String, sa.Text), "i": (sa.Integer, sa.BigInteger), "f": (
 #: columns that are neither reported nor derived: server bookkeeping, retirement, and the recorded
 #: bandwidths copied out of extra for the throughput fit (not part of the wire record)
 BOOKKEEPING = {"id", "content_hash", "ingested_at", "retired_at", "retired_reason", "allreduce_gb_s",
-               "ar_intra_node_gb_s"}
+               "ar_intra_node_gb_s", "last_heartbeat_at"}
 
 
 def _base_type(annotation: object) -> object:

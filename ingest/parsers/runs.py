@@ -27,7 +27,7 @@ from typing import Any
 from core.record import REPORTED_FIELDS, parse_bool
 from ingest.parsers.common import ParseResult, Reject, UnknownColumns, check_columns
 
-__all__ = ["iter_csv", "iter_jsonl", "parse_rows"]
+__all__ = ["as_reported", "iter_csv", "iter_jsonl", "parse_rows"]
 
 _SERVER_EXTRA = ("derived_fields", "assumed_fields", "canonicalised_fields", "dims_source")
 
@@ -76,8 +76,9 @@ def _typed(field: str, value: Any) -> Any:
     return str(value) if kind != "t" or isinstance(value, str) else value.isoformat()
 
 
-def _as_reported(record: dict[str, Any]) -> dict[str, Any]:
-    """Take back out what the server added (module docstring)."""
+def as_reported(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` (a stored run's reported fields) with what the server added taken back out (module
+    docstring): the run as it was reported. Changes and returns `record`."""
     extra = record.get("extra")
     if not isinstance(extra, dict):
         return record
@@ -134,7 +135,7 @@ def parse_rows(rows: Iterable[tuple[int, Any]], *, where: str, server_columns: S
             continue
         if unknown:
             record["extra"] = {**(record.get("extra") or {}), **unknown}
-        result.records.append(_as_reported(record))
+        result.records.append(as_reported(record))
         result.lines.append(line_no)
     return result
 
