@@ -13,7 +13,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from core.record import ALL_STATUSES, ERROR_CLASSES, RECOMPUTE, REPORTED_STATUSES
+from core.record import (
+    ALL_STATUSES,
+    ERROR_CLASSES,
+    MAX_TAGS,
+    RECOMPUTE,
+    REPORTED_STATUSES,
+    TAG_MAX_LEN,
+    parse_tags,
+)
 
 #: every status a run reads as (answers, the status filter); `lost` is derived, never reported
 Status = Literal[ALL_STATUSES]  # type: ignore[valid-type]
@@ -72,6 +80,10 @@ class RunIn(BaseModel):
     name: str | None = Field(default=None, max_length=2000)
     started_at: datetime | None = Field(default=None, description="when the job ran (ISO 8601; naive = UTC)")
     source: str = Field(default="api", min_length=1, max_length=64)
+    sweep: str | None = Field(default=None, min_length=1, max_length=200,
+                              description="the sweep (POST /api/v1/sweeps) the run belongs to, by name")
+    tags: list[str] | None = Field(default=None, description=f"free labels (at most {MAX_TAGS}, each at most "
+                                                             f"{TAG_MAX_LEN} characters); filter GET /runs?tag=")
     model_name: str | None = Field(default=None, max_length=200)
     model_params: int | None = Field(default=None, ge=1, le=INT64_MAX,
                                      description="total parameters, embeddings included")
@@ -127,6 +139,12 @@ class RunIn(BaseModel):
     extra: dict[str, Any] | None = None
 
     _finite_extra = field_validator("extra")(classmethod(lambda cls, v: finite_json(v)))
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: list[str] | None) -> list[str] | None:
+        """core.record.parse_tags: stripped, empty ones dropped, each once, bounded."""
+        return parse_tags(v)
 
     @field_validator("started_at")
     @classmethod

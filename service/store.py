@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from core.record import RUNNING
 from service import bulk, derive, lifecycle
-from service.db import Database, locked
+from service.db import Database, json_list_contains, locked
 from service.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from service.schemas import RunIn
 from service.tables import Run
@@ -258,7 +258,7 @@ FILTER_COLUMNS = (
     "name", "model_name", "model_params", "model_size_class", "source", "gpu_type", "gpus_per_node", "nodes",
     "world_size", "seq_len", "dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size",
     "grad_accum_steps", "global_batch_tokens", "recompute", "precision", "framework", "status",
-    "error_class", "fingerprint", "run_key",
+    "error_class", "fingerprint", "run_key", "sweep",
 )
 #: columns accepted by `sort` (prefix '-' for descending)
 SORT_COLUMNS = ("id", "started_at", "ingested_at", "nodes", "model_params", "tokens_per_sec_per_gpu", "mfu",
@@ -269,12 +269,14 @@ def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", li
               cursor: str | None = None, started_after: datetime | None = None,
               started_before: datetime | None = None, name_prefix: str | None = None,
               retired: bool | None = None, size_range: tuple[float, float] | None = None,
-              lost_cutoff: datetime | None = None) -> tuple[list[Run], str | None, int]:
+              lost_cutoff: datetime | None = None, tag: str | None = None
+              ) -> tuple[list[Run], str | None, int]:
     """A page of runs matching equality `filters`, keyset-paginated on (sort column, id);
     `retired` True: retired runs only, False: runs not retired, None: both. `size_range` (lo, hi):
     model_size_class in [lo, hi) billions (a size family). A `status` filter reads statuses as the API
     answers them (service/lifecycle.py): `running` / `lost` split the open runs at `lost_cutoff`
-    (now − lost_after_s, naive UTC; default: now − core.lifecycle.DEFAULT_LOST_AFTER_S).
+    (now − lost_after_s, naive UTC; default: now − core.lifecycle.DEFAULT_LOST_AFTER_S). `tag`: runs
+    whose tags include it.
 
     Returns (runs, next_cursor or None, total matching). NULLs sort last. Raises BadRequest for
     an unknown filter/sort column or a malformed cursor.
@@ -297,6 +299,8 @@ def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", li
         conds.append(Run.name.startswith(name_prefix, autoescape=True))
     if retired is not None:
         conds.append(Run.retired_at.is_not(None) if retired else Run.retired_at.is_(None))
+    if tag is not None:
+        conds.append(json_list_contains(session, Run.tags, tag))
     if size_range is not None:
         conds.append(Run.model_size_class >= size_range[0])
         if size_range[1] != float("inf"):

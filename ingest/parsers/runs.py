@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from core.record import REPORTED_FIELDS, parse_bool
+from core.record import REPORTED_FIELDS, parse_bool, parse_tags
 from ingest.parsers.common import ParseResult, Reject, UnknownColumns, check_columns
 
 __all__ = ["as_reported", "iter_csv", "iter_jsonl", "parse_rows"]
@@ -70,8 +70,11 @@ def _typed(field: str, value: Any) -> Any:
             return parse_bool(field, value)
         if kind == "j":
             return json.loads(value) if isinstance(value, str) else value
+        if kind == "l":
+            return parse_tags(value)
     except (TypeError, ValueError):
-        kind_name = {"i": "an integer", "f": "a number", "b": "true or false", "j": "a JSON object"}[kind]
+        kind_name = {"i": "an integer", "f": "a number", "b": "true or false", "j": "a JSON object",
+                     "l": "a list of strings"}[kind]
         raise ValueError(f"column {field!r}: {value!r} is not {kind_name}") from None
     return str(value) if kind != "t" or isinstance(value, str) else value.isoformat()
 

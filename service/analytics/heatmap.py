@@ -71,6 +71,7 @@ class HeatmapFilters:
     precision: str | None = None
     started_after: datetime | None = None
     started_before: datetime | None = None
+    sweep: str | None = None  # the runs of one sweep (runs.sweep)
 
     def conditions(self) -> list[sa.ColumnElement]:
         conds: list[sa.ColumnElement] = [Run.model_size_class.is_not(None), Run.nodes.is_not(None),
@@ -90,6 +91,8 @@ class HeatmapFilters:
             conds.append(Run.started_at >= self.started_after)
         if self.started_before:
             conds.append(Run.started_at < self.started_before)
+        if self.sweep:
+            conds.append(Run.sweep == self.sweep)
         return conds
 
 

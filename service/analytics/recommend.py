@@ -158,12 +158,20 @@ def layouts(ctx: CompletedTarget, rows: list[dict[str, Any]]) -> list[dict[str, 
     """Every valid configuration for the target: the options of layout_options, split over the
     model (_model_splits) and the batch (_batch_splits), with every ZeRO stage (none > 0 without
     a DP·CP group to shard over) and recompute mode recorded."""
-    opts = layout_options(ctx, rows)
+    return enumerate_layouts(ctx, layout_options(ctx, rows))
+
+
+def enumerate_layouts(ctx: CompletedTarget, opts: LayoutOptions, *, dps: list[int] | None = None,
+                      eps: list[int] | None = None) -> list[dict[str, Any]]:
+    """Every valid configuration of the options `opts` for the target (layouts(); a grid sweep's listed
+    values, service/sweeps.py): `dps` keeps only those DP degrees (None: any), `eps` the expert-parallel
+    degrees tried (default [1]), each kept where it divides DP·CP (Megatron-Core carves EP out of DP·CP)."""
     gbt = ctx.global_batch_tokens
     assert gbt is not None, "layouts need the target's global batch"
-    return [{"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": 1, "zero_stage": zero, "micro_batch_size": mbs,
+    return [{"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero_stage": zero, "micro_batch_size": mbs,
              "grad_accum_steps": gas, "recompute": rc}
-            for tp, pp, cp, dp in _model_splits(ctx, opts)
+            for tp, pp, cp, dp in _model_splits(ctx, opts) if dps is None or dp in dps
+            for ep in eps or [1] if (dp * cp) % ep == 0
             for mbs, gas in _batch_splits(dp, ctx.seq_len, gbt, opts.micro_batch_size)
             for zero in opts.zero_stage if not (zero > 0 and dp * cp == 1)
             for rc in opts.recompute]

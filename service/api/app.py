@@ -26,6 +26,7 @@ from service.api import (
     runs,
     sql,
     suggest,
+    sweeps,
     tokens,
 )
 from service.api.guards import RequestGuard, parse_origins
@@ -80,6 +81,7 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     app.include_router(runs.router, prefix=API_PREFIX)
     app.include_router(analytics.router, prefix=API_PREFIX)
     app.include_router(suggest.router, prefix=API_PREFIX)
+    app.include_router(sweeps.router, prefix=API_PREFIX)
     app.include_router(memory.router, prefix=API_PREFIX)
     app.include_router(predict.router, prefix=API_PREFIX)
     app.include_router(planning.router, prefix=API_PREFIX)

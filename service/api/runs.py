@@ -158,6 +158,8 @@ def list_runs(
     error_class: str | None = None,
     fingerprint: str | None = None,
     run_key: str | None = None,
+    sweep: Annotated[str | None, Query(max_length=200, description="runs of this sweep (by name)")] = None,
+    tag: Annotated[str | None, Query(min_length=1, max_length=100, description="runs carrying this tag")] = None,
     started_after: datetime | None = None,
     started_before: datetime | None = None,
     retired: Annotated[bool | None, Query(description="true: retired runs only; false: runs not retired; "
@@ -165,7 +167,8 @@ def list_runs(
                                                       "retired_reason)")] = None,
 ) -> Response:
     """Runs matching every given filter (equality; `name_prefix`: names starting with it;
-    `retired`), `limit` per page (≤ 1,000), keyset cursor.
+    `retired`; `tag`: runs whose tags include it; `sweep`: the runs of a sweep), `limit` per page
+    (≤ 1,000), keyset cursor.
 
     Body: `{"runs": [...], "next_cursor": str | null, "total": N}` where `total` counts all matches.
     `status=running` / `status=lost`: the open runs with a recent / a stale heartbeat (lost_after_s,
@@ -203,7 +206,7 @@ def list_runs(
     runs, next_cursor, total = store.list_runs(session, filters, sort=sort, limit=limit, cursor=cursor,
                                                started_after=started_after, started_before=started_before,
                                                name_prefix=name_prefix, retired=retired,
-                                               size_range=size_range,
+                                               size_range=size_range, tag=tag,
                                                lost_cutoff=lifecycle.lost_cutoff(now, settings.lost_after_s))
     return model_response(RunsPage, {"runs": lifecycle.present(runs, now, settings.lost_after_s),
                                      "next_cursor": next_cursor, "total": total})
