@@ -359,12 +359,12 @@ def test_0012_gated_linear_unit_backfills_nanotron_rows_and_downgrades(empty_url
         db.dispose()
 
 
-def test_0014_relabels_stored_runs_with_the_new_failure_classes(empty_url):
-    """0014 (issue 27): stored runs whose message is a host OOM kill, a divergence, a refused layout or a
+def test_0015_relabels_stored_runs_with_the_new_failure_classes(empty_url):
+    """0015 (issue 27): stored runs whose message is a host OOM kill, a divergence, a refused layout or a
     lost node take the new class (status unchanged); other runs keep theirs; the downgrade maps back."""
     db = Database(empty_url)
     try:
-        db.upgrade("0013")
+        db.upgrade("0014")
         base = _insert_runs(db, 1, seed=14)[0]
         cases = {  # run_key: (status, class before, message, class after)
             "host": ("oom", "oom_gpu", "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=9411285.0.",
@@ -384,12 +384,12 @@ def test_0014_relabels_stored_runs_with_the_new_failure_classes(empty_url):
         with db.engine.begin() as conn:
             conn.execute(table.delete())
             conn.execute(table.insert(), rows)
-        db.upgrade("0014")
+        db.upgrade("0015")
         with db.engine.connect() as conn:
             got = {k: (s, c) for k, s, c in conn.execute(sa.text("SELECT run_key, status, error_class FROM runs"))}
         assert got == {key: (status, after) for key, (status, _, _, after) in cases.items()}
         db.dispose()
-        command.downgrade(alembic_config(empty_url), "0013")
+        command.downgrade(alembic_config(empty_url), "0014")
         db = Database(empty_url)
         with db.engine.connect() as conn:
             back = dict(conn.execute(sa.text("SELECT run_key, error_class FROM runs")).all())

@@ -14,15 +14,15 @@ old labels; the status is unchanged (core.record.ERROR_CLASS_STATUS gives the sa
 
 Downgrade maps them back (the old vocabulary has none of the four).
 
-Revision ID: 0014
-Revises: 0013
-Create Date: 2026-11-26 17:00:00
+Revision ID: 0015
+Revises: 0014
+Create Date: 2026-11-26 17:10:00
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0014'
-down_revision = '0013'
+revision = '0015'
+down_revision = '0014'
 branch_labels = None
 depends_on = None
 
