@@ -408,28 +408,28 @@ _MOE_CASES = (
 )
 
 
-def test_0016_moe_flag_backfills_as_the_write_path_derives_it(empty_url):
-    """0016 adds runs.is_moe: each stored run gets the flag today's write path derives for the same
+def test_0017_moe_flag_backfills_as_the_write_path_derives_it(empty_url):
+    """0017 adds runs.is_moe: each stored run gets the flag today's write path derives for the same
     model name, EP and extra (core.model.is_moe, service/derive.py); the downgrade keeps the runs."""
     from core.model import is_moe
 
     db = Database(empty_url)
     try:
-        db.upgrade("0015")
+        db.upgrade("0016")
         rows = _insert_runs(db, len(_MOE_CASES), seed=13)
         table = sa.Table("runs", sa.MetaData(), autoload_with=db.engine)
         with db.engine.begin() as conn:
             for row, (name, ep, extra) in zip(rows, _MOE_CASES):
                 conn.execute(table.update().where(table.c.run_key == row["run_key"])
                              .values(model_name=name, ep=ep, extra=extra))
-        db.upgrade("0016")
+        db.upgrade("0017")
         with db.engine.connect() as conn:
             got = dict(conn.execute(sa.text("SELECT run_key, is_moe FROM runs")).all())
         want = [is_moe({"model_name": name, "ep": ep}, extra) for name, ep, extra in _MOE_CASES]
         assert [got[r["run_key"]] for r in rows] == want
         assert want == [True] * 7 + [False] * 7
         db.dispose()
-        command.downgrade(alembic_config(empty_url), "0015")
+        command.downgrade(alembic_config(empty_url), "0016")
         db = Database(empty_url)
         assert "is_moe" not in {c["name"] for c in sa.inspect(db.engine).get_columns("runs")}
         with db.engine.connect() as conn:

@@ -2,10 +2,10 @@
 
 The heatmap's cell was (model_size_class, nodes): Qwen3-30B-A3B (MoE) and MPT-30B (dense) shared the
 30B cells and only the faster of the two showed; GPT-OSS-120B sat in the dense 175B row (issue 30,
-item 2). From 0016 the write path stores core.model.is_moe in ``runs.is_moe`` (service/derive.py) and the
+item 2). From 0017 the write path stores core.model.is_moe in ``runs.is_moe`` (service/derive.py) and the
 heatmap's cell is (model_size_class, is_moe, nodes).
 
-Backfill: every stored run gets the flag the write path of 0016 derives — true when expert
+Backfill: every stored run gets the flag the write path of 0017 derives — true when expert
 parallelism ep > 1, when extra declares experts (a truthy ``num_experts`` or ``moe``), when extra's
 ``active_params`` is a positive number, or when the model name carries an active-parameter token
 ("Qwen3-30B-A3B", "Qwen3_235B_a22B": core.model._ACTIVE, case-insensitive); false otherwise. The
@@ -16,15 +16,15 @@ status), so the heatmap's per-cell count stays an index-only scan. DuckDB refuse
 DROP COLUMN on a table with indexes: its indexes on runs are dropped and re-created around the
 downgrade (as in 0007, 0010, 0012).
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-11-26 17:00:00
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0016'
-down_revision = '0015'
+revision = '0017'
+down_revision = '0016'
 branch_labels = None
 depends_on = None
 
@@ -36,14 +36,14 @@ _DUCKDB_INDEXES = (
     ("ix_runs_started_at", ["started_at"], False),
 )
 _LIVE_CELLS = sa.text("retired_at IS NULL AND model_size_class IS NOT NULL AND nodes IS NOT NULL")
-#: core.model._ACTIVE at 0016 as a POSIX/RE2 pattern (both backends), matched case-insensitively
+#: core.model._ACTIVE at 0017 as a POSIX/RE2 pattern (both backends), matched case-insensitively
 _ACTIVE = r"(^|[-_ .])a[0-9]+(\.[0-9]+)?b($|[-_ .)])"
 #: JSON values Python's bool() calls false, as ->> / json_extract_string write them
 _FALSY = "('false', '0', '0.0', '', '[]', '{}', 'null')"
 
 
 def _moe_condition(postgresql: bool) -> str:
-    """SQL of core.model.is_moe at 0016 over a stored run (ep, extra, model_name)."""
+    """SQL of core.model.is_moe at 0017 over a stored run (ep, extra, model_name)."""
     if postgresql:
         text = "(extra ->> '{key}')"
         number = ("CASE WHEN json_typeof(extra -> 'active_params') = 'number' "
