@@ -5,7 +5,7 @@ framework: one table of option synonyms (:data:`CONFIG_KEYS`), read from ``--fla
 dump. Standard library only.
 
 Only what the text states: a key printed twice with different values is a conflict and left out
-(:class:`ingest.parsers.log_facts.Facts`); a maximum is not a size (``model_max_length``, ``cutoff_len``
+(``ingest.parsers.log_facts._Facts``); a maximum is not a size (``model_max_length``, ``cutoff_len``
 are truncation limits, not the sequence length of a batch, and are not read); ``batch_size`` alone is
 not read (per device in torchtune, per process in nanoGPT, global elsewhere).
 
