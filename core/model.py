@@ -71,10 +71,20 @@ def active_params(model_name: str | None, extra: Mapping[str, Any]) -> int | Non
     return None
 
 
-def is_moe(row: Mapping[str, Any], extra: Mapping[str, Any]) -> bool:
-    """A mixture-of-experts run: expert parallelism > 1, or experts declared in extra."""
+def is_moe(row: Mapping[str, Any], extra: Mapping[str, Any] | None) -> bool:
+    """A mixture-of-experts run: expert parallelism > 1, experts declared in extra (``num_experts``,
+    ``moe``), or active parameters known (extra.active_params or an "A3B" name token:
+    :func:`active_params`). THE rule: the server stores it as the run's ``is_moe`` column
+    (service/derive.py), which keeps MoE and dense models of one size apart in the heatmap.
+
+    ``row``: a run record (``ep``, ``model_name`` read); ``extra``: its extra dict (None = empty)."""
+    extra = extra or {}
     ep = row.get("ep")
-    return (ep is not None and ep > 1) or bool(extra.get("num_experts") or extra.get("moe"))
+    if isinstance(ep, (int, float)) and ep > 1:
+        return True
+    if extra.get("num_experts") or extra.get("moe"):
+        return True
+    return active_params(row.get("model_name"), extra) is not None
 
 
 @dataclass
@@ -298,3 +308,23 @@ def known_model(model_name: str | None, model_params: int | None = None) -> Know
     if model_params and abs(model_params - found.params) > KNOWN_PARAMS_TOLERANCE * found.params:
         return None
     return found
+
+
+#: Whether a published architecture's MLP is gated (three matrices: gate, up, down -- SwiGLU/GeGLU) or
+#: plain (two), by the Hugging Face class name a config lists in ``architectures`` and by its
+#: ``model_type``; read off the transformers modeling files (LlamaMLP, MistralMLP, Qwen2MLP, Qwen3MLP,
+#: GemmaMLP, Phi3MLP, OlmoMLP, Olmo2MLP, MixtralBlockSparseTop2MLP, DeepseekV3MLP have ``gate_proj`` or
+#: a fused ``gate_up_proj``; GPT2MLP, GPTNeoXMLP, OPT's fc1/fc2, BloomMLP, GPTJMLP, FalconMLP, PhiMLP,
+#: Starcoder2MLP and llm-foundry's MPT ``mptmlp`` have one up- and one down-projection). Log readers
+#: set ``gated_linear_unit`` from it only where a log names the architecture.
+GATED_MLP_ARCHITECTURES: dict[str, bool] = {
+    **dict.fromkeys(("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                     "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM", "OlmoForCausalLM",
+                     "Olmo2ForCausalLM", "MixtralForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
+                     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "olmo", "olmo2", "mixtral",
+                     "deepseek_v2", "deepseek_v3"), True),
+    **dict.fromkeys(("GPT2LMHeadModel", "GPTNeoXForCausalLM", "OPTForCausalLM", "BloomForCausalLM",
+                     "GPTJForCausalLM", "FalconForCausalLM", "PhiForCausalLM", "Starcoder2ForCausalLM",
+                     "MPTForCausalLM", "gpt2", "gpt_neox", "opt", "bloom", "gptj", "falcon", "phi", "starcoder2",
+                     "mpt"), False),
+}

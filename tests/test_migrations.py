@@ -357,3 +357,82 @@ def test_0012_gated_linear_unit_backfills_nanotron_rows_and_downgrades(empty_url
             assert conn.execute(sa.text("SELECT count(*) FROM runs")).scalar() == 6
     finally:
         db.dispose()
+
+
+def test_0015_relabels_stored_runs_with_the_new_failure_classes(empty_url):
+    """0015 (issue 27): stored runs whose message is a host OOM kill, a divergence, a refused layout or a
+    lost node take the new class (status unchanged); other runs keep theirs; the downgrade maps back."""
+    db = Database(empty_url)
+    try:
+        db.upgrade("0014")
+        base = _insert_runs(db, 1, seed=14)[0]
+        cases = {  # run_key: (status, class before, message, class after)
+            "host": ("oom", "oom_gpu", "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=9411285.0.",
+                     "oom_host"),
+            "gpu": ("oom", "oom_gpu", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                    "oom_gpu"),
+            "scale": ("failed", "unknown", "Exception: Current loss scale already at minimum - cannot decrease "
+                      "scale anymore. Exiting run.", "divergence"),
+            "layout": ("failed", "unknown", "AssertionError: 96 is not divisible by 64", "invalid_config"),
+            "node": ("failed", "scheduler_cancelled", "slurmstepd: error: *** JOB 313 ON hgx-17 CANCELLED AT "
+                     "2025-01-20T17:45:02 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", "node_failure"),
+            "other": ("failed", "unknown", "ValueError: something else", "unknown"),
+        }
+        table = sa.Table("runs", sa.MetaData(), autoload_with=db.engine)
+        rows = [{**base, "run_key": key, "status": status, "error_class": before, "error_message": message}
+                for key, (status, before, message, _) in cases.items()]
+        with db.engine.begin() as conn:
+            conn.execute(table.delete())
+            conn.execute(table.insert(), rows)
+        db.upgrade("0015")
+        with db.engine.connect() as conn:
+            got = {k: (s, c) for k, s, c in conn.execute(sa.text("SELECT run_key, status, error_class FROM runs"))}
+        assert got == {key: (status, after) for key, (status, _, _, after) in cases.items()}
+        db.dispose()
+        command.downgrade(alembic_config(empty_url), "0014")
+        db = Database(empty_url)
+        with db.engine.connect() as conn:
+            back = dict(conn.execute(sa.text("SELECT run_key, error_class FROM runs")).all())
+        assert back == {key: before for key, (_, before, _, _) in cases.items()}
+    finally:
+        db.dispose()
+
+
+#: (model_name, ep, extra) of stored runs and whether they are mixture-of-experts (core.model.is_moe)
+_MOE_CASES = (
+    ("Qwen3_30B_a3B", 8, None), ("Qwen3-30B-A3B", None, None), ("Qwen3_235B_a22B (tokendrop)", 1, None),
+    ("GPT OSS 120B", 8, None), ("mixtral", None, {"num_experts": 8}), ("custom", None, {"moe": True}),
+    ("custom", None, {"active_params": 2_000_000_000}), ("MPT-30b", None, None), ("llama", 1, {"moe": False}),
+    ("llama", 1, {"num_experts": 0}), ("llama", None, {"active_params": "3B"}), ("Llama-3-8B", 1, None),
+    ("A100 run", 1, None), (None, None, None),
+)
+
+
+def test_0017_moe_flag_backfills_as_the_write_path_derives_it(empty_url):
+    """0017 adds runs.is_moe: each stored run gets the flag today's write path derives for the same
+    model name, EP and extra (core.model.is_moe, service/derive.py); the downgrade keeps the runs."""
+    from core.model import is_moe
+
+    db = Database(empty_url)
+    try:
+        db.upgrade("0016")
+        rows = _insert_runs(db, len(_MOE_CASES), seed=13)
+        table = sa.Table("runs", sa.MetaData(), autoload_with=db.engine)
+        with db.engine.begin() as conn:
+            for row, (name, ep, extra) in zip(rows, _MOE_CASES):
+                conn.execute(table.update().where(table.c.run_key == row["run_key"])
+                             .values(model_name=name, ep=ep, extra=extra))
+        db.upgrade("0017")
+        with db.engine.connect() as conn:
+            got = dict(conn.execute(sa.text("SELECT run_key, is_moe FROM runs")).all())
+        want = [is_moe({"model_name": name, "ep": ep}, extra) for name, ep, extra in _MOE_CASES]
+        assert [got[r["run_key"]] for r in rows] == want
+        assert want == [True] * 7 + [False] * 7
+        db.dispose()
+        command.downgrade(alembic_config(empty_url), "0016")
+        db = Database(empty_url)
+        assert "is_moe" not in {c["name"] for c in sa.inspect(db.engine).get_columns("runs")}
+        with db.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM runs")).scalar() == len(_MOE_CASES)
+    finally:
+        db.dispose()

@@ -51,6 +51,7 @@ from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value
 from service.analytics.target import CompletedTarget, Target, complete_target, distance
 from service.errors import BadRequest
+from service.lifecycle import FINISHED
 from service.tables import Run
 
 LAYOUT_FIELDS = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute")
@@ -157,12 +158,20 @@ def layouts(ctx: CompletedTarget, rows: list[dict[str, Any]]) -> list[dict[str, 
     """Every valid configuration for the target: the options of layout_options, split over the
     model (_model_splits) and the batch (_batch_splits), with every ZeRO stage (none > 0 without
     a DP·CP group to shard over) and recompute mode recorded."""
-    opts = layout_options(ctx, rows)
+    return enumerate_layouts(ctx, layout_options(ctx, rows))
+
+
+def enumerate_layouts(ctx: CompletedTarget, opts: LayoutOptions, *, dps: list[int] | None = None,
+                      eps: list[int] | None = None) -> list[dict[str, Any]]:
+    """Every valid configuration of the options `opts` for the target (layouts(); a grid sweep's listed
+    values, service/sweeps.py): `dps` keeps only those DP degrees (None: any), `eps` the expert-parallel
+    degrees tried (default [1]), each kept where it divides DP·CP (Megatron-Core carves EP out of DP·CP)."""
     gbt = ctx.global_batch_tokens
     assert gbt is not None, "layouts need the target's global batch"
-    return [{"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": 1, "zero_stage": zero, "micro_batch_size": mbs,
+    return [{"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero_stage": zero, "micro_batch_size": mbs,
              "grad_accum_steps": gas, "recompute": rc}
-            for tp, pp, cp, dp in _model_splits(ctx, opts)
+            for tp, pp, cp, dp in _model_splits(ctx, opts) if dps is None or dp in dps
+            for ep in eps or [1] if (dp * cp) % ep == 0
             for mbs, gas in _batch_splits(dp, ctx.seq_len, gbt, opts.micro_batch_size)
             for zero in opts.zero_stage if not (zero > 0 and dp * cp == 1)
             for rc in opts.recompute]
@@ -470,11 +479,11 @@ def recommend(
 
 
 def recorded_on_target(session: Session, ctx: CompletedTarget) -> set[tuple]:
-    """Configurations with any recorded run (any status, not retired) on this very target."""
+    """Configurations with any finished run (any status, not retired) on this very target."""
     cols = [getattr(Run, f) for f in CONFIG_FIELDS]
     q = sa.select(*cols).distinct().where(Run.model_size_class == ctx.size_class, Run.nodes == ctx.nodes,
                                           Run.gpu_type == ctx.gpu_type, Run.seq_len == ctx.seq_len,
-                                          Run.retired_at.is_(None))
+                                          Run.retired_at.is_(None), FINISHED)
     return {tuple(_value(dict(zip(CONFIG_FIELDS, r)), f) for f in CONFIG_FIELDS) for r in session.execute(q)}
 
 
