@@ -261,6 +261,15 @@ def locked(session: Session, query: sa.Select) -> sa.Select:
     return query if session.get_bind().dialect.name == "duckdb" else query.with_for_update()
 
 
+def fetch_rows(session: Session, sql: str) -> list[tuple]:
+    """Every row of the plain SQL `sql` as tuples, in the session's transaction. On DuckDB through the
+    driver's fetchall: SQLAlchemy fetches DuckDB rows one at a time (~5× slower for thousands of rows)."""
+    if session.get_bind().dialect.name == "duckdb":
+        raw: Any = session.connection().connection.driver_connection
+        return list(raw.execute(sql).fetchall())
+    return [tuple(r) for r in session.execute(sa.text(sql))]
+
+
 def _file_lock(key: str) -> threading.RLock:
     """The write lock of a DuckDB file, shared by every Database of that file in this process
     ("" — in-memory — gets a lock of its own)."""

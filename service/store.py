@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from service import bulk, derive
+from service import bulk, derive, run_configs
 from service.db import Database
 from service.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from service.schemas import RunIn
@@ -140,6 +140,9 @@ def store_runs(session: Session, payloads: list[Any]) -> tuple[list[Any], int, i
             out[r["run_key"]] = StoredRun(r)
     if stored:
         out.update((r.run_key, r) for r in session.scalars(sa.select(Run).where(Run.run_key.in_(list(stored)))))
+    # the per-configuration summary, in this transaction; last, so that a PostgreSQL writer holds the
+    # summary rows it shares with a concurrent one for the shortest time before its commit
+    run_configs.add(session, list(ids.values()))
     return [out[k] for k in order], len(ids), len(by_key) - len(ids)
 
 
