@@ -62,7 +62,12 @@ def _pg_array_type(col: Any) -> str:
     return "text[]"
 
 
-_ARROW_SCHEMA = pa.schema([(c.name, _arrow_type(c)) for c in INSERT_COLUMNS])
+def arrow_schema(columns: list[Any]) -> pa.Schema:
+    """The Arrow schema of table `columns` (SQLAlchemy Column objects) for an insert from an Arrow view."""
+    return pa.schema([(c.name, _arrow_type(c)) for c in columns])
+
+
+_ARROW_SCHEMA = arrow_schema(INSERT_COLUMNS)
 _SELECT_LIST = ", ".join("CAST(extra AS JSON)" if n == "extra" else n for n in _NAMES)
 _PG_INSERT = (f"INSERT INTO runs ({', '.join(_NAMES)}) "
               f"SELECT {_SELECT_LIST} FROM unnest("

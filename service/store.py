@@ -142,7 +142,7 @@ def store_runs(session: Session, payloads: list[Any]) -> tuple[list[Any], int, i
         out.update((r.run_key, r) for r in session.scalars(sa.select(Run).where(Run.run_key.in_(list(stored)))))
     # the per-configuration summary, in this transaction; last, so that a PostgreSQL writer holds the
     # summary rows it shares with a concurrent one for the shortest time before its commit
-    run_configs.add(session, list(ids.values()))
+    run_configs.add(session, [r for r in new_rows if r["run_key"] in ids])
     return [out[k] for k in order], len(ids), len(by_key) - len(ids)
 
 

@@ -163,3 +163,17 @@ def test_rebuild_configs_command(database, synthetic, db_url, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "configurations" in result.output
     assert assert_summary_is_recompute(database)
+
+
+def test_python_and_sql_keys_agree(database, synthetic):
+    """key_of (the DuckDB insert path's key) == KEY_SQL (refresh, rebuild, migration 0013, PostgreSQL's
+    insert path) for every configuration stored, and for the values whose text differs between the
+    backends (a whole float: PostgreSQL 470, DuckDB 470.0; booleans; NULLs)."""
+    store.ingest(database, synthetic)
+    with database.session(write=True) as s:
+        s.execute(sa.text("UPDATE runs SET model_size_class = 470.0, gated_linear_unit = FALSE WHERE id % 5 = 0"))
+        s.execute(sa.text("UPDATE runs SET model_size_class = 0.35, gated_linear_unit = NULL WHERE id % 5 = 1"))
+        cols = ", ".join(run_configs.CONFIG_COLS)
+        rows = s.execute(sa.text(f"SELECT DISTINCT {run_configs.KEY_SQL}, {cols} FROM runs")).all()
+    assert len(rows) > 50
+    assert [run_configs.key_of(tuple(r[1:])) for r in rows] == [r[0] for r in rows]

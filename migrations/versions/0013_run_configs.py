@@ -3,11 +3,11 @@
 One row per configuration (service/run_configs.CONFIG_COLS) of the successful, not retired runs with
 a precision, tokens/s/GPU > 0, seq_len, micro-batch, GAS and model size class: n_runs, best
 tokens/s/GPU, first id, highest peak memory, and per recorded bandwidth its sum and count. Keyed by
-config_key = md5 of the configuration's values as text (NULL as `\\N`). From this revision on every
-write path keeps it in the transaction that changes the runs (service/run_configs.py); filled here
-from the runs stored. The recommender and /suggest read it instead of aggregating every successful
-run per request (issue 25 item 4; 0004–0006 had a table of this kind, kept behind an id watermark on
-DuckDB, and dropped it).
+config_key = md5 of the configuration's values as text (NULL as `\\N`, the size class in millionths).
+From this revision on every write path keeps it in the transaction that changes the runs
+(service/run_configs.py); filled here from the runs stored. The recommender and /suggest read it
+instead of aggregating every successful run per request (issue 25 item 4; 0004–0006 had a table of
+this kind, kept behind an id watermark on DuckDB, and dropped it).
 
 PostgreSQL: ix_runs_config (0010, 0012), the covering index of that per-request aggregate, has no
 reader left and is dropped (one index fewer for every insert); downgrade re-creates it.
@@ -35,7 +35,9 @@ _INCLUDE = ["tokens_per_sec_per_gpu", "id", "peak_memory_gib", "allreduce_gb_s",
 _MEMBERSHIP = ("status = 'success' AND retired_at IS NULL AND precision IS NOT NULL "
                "AND tokens_per_sec_per_gpu > 0 AND seq_len IS NOT NULL AND micro_batch_size IS NOT NULL "
                "AND grad_accum_steps IS NOT NULL AND model_size_class IS NOT NULL")
-_KEY_SQL = "md5(concat_ws('|', " + ", ".join(f"coalesce(CAST({c} AS VARCHAR), '\\N')" for c in _KEY) + "))"
+_KEY_SQL = "md5(concat_ws('|', " + ", ".join(
+    "coalesce(CAST({} AS VARCHAR), '\\N')".format(
+        f"CAST(round({c} * 1000000) AS BIGINT)" if c == "model_size_class" else c) for c in _KEY) + "))"
 _COLS = ", ".join(_KEY)
 _FILL = (f"INSERT INTO run_configs (config_key, {_COLS}, n_runs, tokens_per_sec_per_gpu, first_id, peak_memory_gib, "
          "allreduce_gb_s_sum, allreduce_gb_s_n, ar_intra_node_gb_s_sum, ar_intra_node_gb_s_n) "

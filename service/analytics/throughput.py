@@ -62,6 +62,7 @@ H100 nanotron runs; see PRIOR), and the answer says so.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -321,7 +322,7 @@ def read_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -
     # column first (~2× faster than one sort on a tuple key)
     fetched = fetch_rows(session, sql)
     for i in reversed(range(len(CONFIG_COLS))):
-        fetched.sort(key=lambda r, i=i: (True, 0) if r[i] is None else (False, r[i]))
+        fetched.sort(key=functools.partial(_nulls_last, i))
     keys = [*CONFIG_COLS, "n_runs", "tokens_per_sec_per_gpu", "first_id", "peak_memory_gib"]
     width = len(keys)
     rows: list[dict[str, Any]] = []
@@ -332,6 +333,11 @@ def read_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -
             row[key] = total / n if n else None
         rows.append(row)
     return _finish_rows(rows)
+
+
+def _nulls_last(i: int, row: tuple) -> tuple:
+    """Sort key of column `i`: its value, NULLs last (the default of ORDER BY … ASC on both backends)."""
+    return (True, 0) if row[i] is None else (False, row[i])
 
 
 def _aggregate_runs(exclude: sa.ColumnElement | None) -> sa.Select:
