@@ -17,6 +17,19 @@ with its label and source. Its ``split`` column says when a line was collected:
   application's; "more than 1EB" and gRPC's RESOURCE_EXHAUSTED read as OOM; a bare ``Exception:``
   missed); the rules were extended again (in-sample since).
 
+- ``issue27-dev``: the development lines of issue 27's four new classes (``divergence``,
+  ``invalid_config``, ``node_failure``, ``oom_host``) and of the OOM warnings, XLA/JAX NCCL failures and
+  NCCL OFI warnings the rules missed; collected to write those rules (in-sample). With the new classes,
+  the host-memory lines of ``before``/``after3`` were relabelled ``oom_host`` and DeepSpeed's "loss scale
+  already at minimum" / detectron2's "Loss became infinite or NaN" ``divergence``.
+
+- ``issue27-dev2``: a second development round (TensorFlow's "Model diverged with loss = NaN" /
+  NanLossDuringTrainingError, TCPStore "connect() timed out", the driver's "RmInitAdapter failed"),
+  in-sample; ``bench/data/heldout/failure_lines_2.csv`` was collected after these rules and scores them.
+
+Issue 27's held-out set (lines and whole logs collected before the rules saw them, never tuned on) is
+``bench/data/heldout/`` and is scored by ``bench/heldout_logs.py``.
+
 Held out over the three rounds, each measured before the rules saw its lines: 49/70 = 70.0%. The
 next lines added to the file (a new split) give the next held-out figure; every split printed
 below that was already used to change the rules is in-sample.

@@ -48,6 +48,7 @@ from service.analytics import on_target  # noqa: E402
 from service.analytics import recommend as rec  # noqa: E402
 from service.analytics import throughput as th  # noqa: E402
 from service.analytics.memory import estimate_memory  # noqa: E402
+from service.analytics.target import CompletedTarget  # noqa: E402
 from service.cli import benchmark as benchtool  # noqa: E402
 
 GPU = "A100-SXM-80GB"
@@ -88,9 +89,9 @@ def rank_measured(train: list[dict[str, Any]], test: list[dict[str, Any]]) -> li
     t0 = test[0]
     model = th.Model(train)
     fit = model.fit_for(t0["gpu_type"], t0["framework"])
-    ctx = {k: t0[k] for k in ("model_params", "seq_len", "nodes", "gpus_per_node", "gpu_type", "precision",
-                              "framework", *rec.DIM_FIELDS, "flash_attention")}
-    ctx["size_class"] = t0["model_size_class"]
+    ctx = CompletedTarget(**{k: t0[k] for k in ("model_params", "seq_len", "nodes", "gpus_per_node", "gpu_type",
+                                                "precision", "framework", *rec.DIM_FIELDS, "flash_attention")},
+                          size_class=t0["model_size_class"])
     cell = on_target.Cell(model_params=t0["model_params"], family=False, nodes=t0["nodes"],
                           gpus_per_node=t0["gpus_per_node"], gpu_type=t0["gpu_type"], seq_len=t0["seq_len"])
     prep = rec.Prepared(train, ctx, model, fit, [], [], cell, on_target.Measured(runs=[]))

@@ -298,3 +298,23 @@ def known_model(model_name: str | None, model_params: int | None = None) -> Know
     if model_params and abs(model_params - found.params) > KNOWN_PARAMS_TOLERANCE * found.params:
         return None
     return found
+
+
+#: Whether a published architecture's MLP is gated (three matrices: gate, up, down -- SwiGLU/GeGLU) or
+#: plain (two), by the Hugging Face class name a config lists in ``architectures`` and by its
+#: ``model_type``; read off the transformers modeling files (LlamaMLP, MistralMLP, Qwen2MLP, Qwen3MLP,
+#: GemmaMLP, Phi3MLP, OlmoMLP, Olmo2MLP, MixtralBlockSparseTop2MLP, DeepseekV3MLP have ``gate_proj`` or
+#: a fused ``gate_up_proj``; GPT2MLP, GPTNeoXMLP, OPT's fc1/fc2, BloomMLP, GPTJMLP, FalconMLP, PhiMLP,
+#: Starcoder2MLP and llm-foundry's MPT ``mptmlp`` have one up- and one down-projection). Log readers
+#: set ``gated_linear_unit`` from it only where a log names the architecture.
+GATED_MLP_ARCHITECTURES: dict[str, bool] = {
+    **dict.fromkeys(("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                     "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM", "OlmoForCausalLM",
+                     "Olmo2ForCausalLM", "MixtralForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
+                     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "olmo", "olmo2", "mixtral",
+                     "deepseek_v2", "deepseek_v3"), True),
+    **dict.fromkeys(("GPT2LMHeadModel", "GPTNeoXForCausalLM", "OPTForCausalLM", "BloomForCausalLM",
+                     "GPTJForCausalLM", "FalconForCausalLM", "PhiForCausalLM", "Starcoder2ForCausalLM",
+                     "MPTForCausalLM", "gpt2", "gpt_neox", "opt", "bloom", "gptj", "falcon", "phi", "starcoder2",
+                     "mpt"), False),
+}

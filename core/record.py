@@ -15,8 +15,21 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-#: `status` values. A failed run is a result, never dropped.
+#: `status` values of a finished run. A failed run is a result, never dropped.
 STATUSES = ("success", "oom", "nccl_error", "timeout", "failed")
+
+#: the status of a run opened at the start of its job and not finished yet (DESIGN §9): stored as such,
+#: the one stored status that may still change (once, to one of STATUSES)
+RUNNING = "running"
+#: how a running run reads once its last heartbeat is older than lost_after_s: derived when read
+#: (core/lifecycle.py), never stored
+LOST = "lost"
+#: the statuses of a run that has not finished
+UNFINISHED_STATUSES = (RUNNING, LOST)
+#: what a client may send as `status`: a finished run's, or `running` to open one (never `lost`)
+REPORTED_STATUSES = (*STATUSES, RUNNING)
+#: every status a run can read as (GET /runs, its filter, SQL, dashboard, CLI)
+ALL_STATUSES = (*STATUSES, *UNFINISHED_STATUSES)
 
 #: `recompute` values (activation checkpointing).
 RECOMPUTE = ("none", "selective", "full")
@@ -37,16 +50,46 @@ ERROR_CLASSES = (
     "rendezvous_failure",
     "scheduler_time_limit",
     "scheduler_cancelled",
+    "divergence",
+    "invalid_config",
+    "node_failure",
+    "oom_host",
     "unknown",
 )
 
+#: The run `status` each `error_class` implies (DESIGN §6): memory exhaustion on the GPU or the host is
+#: `oom`, a collective or scheduler timeout `timeout`, an NCCL result `nccl_error`, anything else
+#: (a diverged run -- NaN/inf loss or the loss scale at its minimum --, a refused layout, a lost node,
+#: a hardware fault, a symptom) `failed`.
+ERROR_CLASS_STATUS: dict[str, str] = {
+    **{cls: "nccl_error" for cls in ERROR_CLASSES if cls.startswith("nccl_")},
+    "oom_gpu": "oom",
+    "oom_gpu_nccl_buffer": "oom",
+    "oom_host": "oom",
+    "collective_timeout": "timeout",
+    "scheduler_time_limit": "timeout",
+    **{cls: "failed" for cls in ("cuda_illegal_memory_access", "gpu_hardware_fault", "child_process_failed",
+                                 "rendezvous_failure", "scheduler_cancelled", "divergence", "invalid_config",
+                                 "node_failure", "unknown")},
+}
+assert set(ERROR_CLASS_STATUS) == set(ERROR_CLASSES), "every error class needs its status"
+
+
+def status_for_error_class(error_class: str | None) -> str | None:
+    """The run status implied by ``error_class`` (:data:`ERROR_CLASS_STATUS`); ``None`` for no failure.
+
+    Raises KeyError for a name outside :data:`ERROR_CLASSES`."""
+    return None if error_class is None else ERROR_CLASS_STATUS[error_class]
+
 #: Fields a client reports, in wire order. Types: s=str, i=int, f=float, b=bool (parse_bool),
-#: t=ISO-8601 timestamp, j=JSON object.
+#: t=ISO-8601 timestamp, j=JSON object, l=list of strings (parse_tags).
 REPORTED_FIELDS: dict[str, str] = {
     "run_key": "s",
     "name": "s",
     "started_at": "t",
     "source": "s",
+    "sweep": "s",  # the sweep (POST /api/v1/sweeps) the run belongs to, by name; null for none
+    "tags": "l",  # free labels, e.g. ["baseline", "after-nccl-upgrade"]; filter GET /api/v1/runs?tag=
     "model_name": "s",
     "model_params": "i",
     "num_layers": "i",
@@ -240,3 +283,34 @@ def flag_field(run: Mapping[str, Any], key: str) -> bool | None:
     if (found := get_field(run, key)) in (None, ""):
         return None
     return found.strip().lower() in ("1", "true", "yes", "t") if isinstance(found, str) else bool(found)
+
+
+#: at most this many tags per run, each at most TAG_MAX_LEN characters
+MAX_TAGS = 32
+TAG_MAX_LEN = 100
+
+
+def parse_tags(value: Any) -> list[str] | None:
+    """A run's `tags` as written: a list of strings, its JSON text ('["a", "b"]') or comma-separated
+    text ('a, b'); None or '' -> None. Tags are stripped, empty ones dropped, duplicates kept once in
+    order. Raises ValueError naming the value for a non-string tag, more than MAX_TAGS tags or a tag
+    longer than TAG_MAX_LEN characters."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                raise ValueError(f"tags: {value!r} is not a JSON list of strings") from None
+        else:
+            value = text.split(",")
+    if not isinstance(value, list | tuple) or not all(isinstance(t, str) for t in value):
+        raise ValueError(f"tags: {value!r} is not a list of strings")
+    tags = list(dict.fromkeys(t.strip() for t in value if t.strip()))
+    if len(tags) > MAX_TAGS:
+        raise ValueError(f"tags: {len(tags)} tags; at most {MAX_TAGS}")
+    if any(len(t) > TAG_MAX_LEN for t in tags):
+        raise ValueError(f"tags: a tag is longer than {TAG_MAX_LEN} characters")
+    return tags or None

@@ -104,7 +104,7 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from core.record import ERROR_CLASSES
+from core.record import ERROR_CLASSES, status_for_error_class
 
 __all__ = [
     "Classification",
@@ -118,7 +118,8 @@ __all__ = [
 
 #: Process-local faults: they kill a process, and its peers then time out or lose connections.
 PRIMARY_FAULTS = frozenset(
-    {"oom_gpu", "oom_gpu_nccl_buffer", "cuda_illegal_memory_access", "gpu_hardware_fault"}
+    {"oom_gpu", "oom_gpu_nccl_buffer", "oom_host", "cuda_illegal_memory_access", "gpu_hardware_fault",
+     "node_failure", "divergence", "invalid_config"}
 )
 #: Communication-level errors that a process-local fault elsewhere in the log explains.
 CONSEQUENCES = frozenset(
@@ -163,6 +164,8 @@ _CODE_LINE = re.compile(r"^\s+(?:File \"|raise\b|return\b|[~^]{3,})")
 # Warning-level lines that are failures nonetheless: the TCPStore client losing its server.
 # (recv side only: a send failing with "Broken pipe" is also printed at a healthy run's teardown)
 _FAILING_WARNING = re.compile(r"\[c10d\] recv\w* failed on SocketImpl")
+# Classes a warning-level line may report (classify_line): the memory exhaustion that ends the run.
+_FAILURES_WARNED = frozenset({"oom_gpu", "oom_gpu_nccl_buffer", "oom_host"})
 # NCCL proxy thread lines carrying an ncclResult_t number (src/nccl.h.in).
 _NCCL_PROXY_CODE = re.compile(r"(?:Proxy Service \d+\].*\bretcode|operation=\w+, res)[ =](\d)\b")
 _NCCL_RESULT = {1: "nccl_unhandled_cuda_error", 2: "nccl_system_error", 3: "nccl_invalid_usage_or_internal",
@@ -189,6 +192,20 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     (
+        "node_failure",
+        _rx(
+            # Slurm losing a node: "salloc: error: Node failure on gpu-12", "srun: error: Node failure
+            # on ...", "*** JOB 313 ON hgx-17 CANCELLED AT ... DUE TO NODE FAILURE ***", job state
+            # NODE_FAIL; a task dying with its node's hardware ("srun: error: node: task 3: Bus error",
+            # SIGBUS); slurmctld's "Nodes gpu-17 not responding"
+            r"\bNode failure\b",
+            r"\bNODE_FAIL\b",
+            r"srun: error: [^:\n]*: tasks? [\d,\-\[\]]+: Bus error",
+            r"(?:srun|salloc|sbatch|slurm\w*)(?:-\S+)?: error: .*\bnot responding\b",
+            flags=_I,
+        ),
+    ),
+    (
         "scheduler_cancelled",
         _rx(
             r"\*\*\*\s*(?:JOB|STEP)\s+\S+.*\bCANCELLED AT\b",
@@ -212,6 +229,8 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"uncorrectable NVLink error|NVLink: fatal error",
             r"row remapp\w* fail",
             r"HW Exception by GPU",
+            # the driver failing to bring a GPU up (NVRM: "RmInitAdapter failed!", "Cannot attach gpu")
+            r"RmInitAdapter failed|Cannot attach gpu",
             flags=_I,
         ),
     ),
@@ -237,6 +256,25 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     (
+        "oom_host",
+        _rx(
+            # host memory (docstring, rule 6): the allocator's "DefaultCPUAllocator: can't allocate
+            # memory", the Linux OOM killer (mm/oom_kill.c; also the cgroup form "Memory cgroup out of
+            # memory: Killed process N" and older kernels' "Out of memory: Kill process N (...) score ...
+            # or sacrifice child"), Slurm's task/cgroup plugin ("Detected 1 oom-kill event(s) in
+            # StepId=..." / "Detected 1 oom_kill event in StepId=..."; "Job N exceeded memory limit
+            # (X > Y), being killed"), srun reporting the task's end ("srun: error: node: task 0: Out Of
+            # Memory"), C++'s std::bad_alloc and Python's MemoryError
+            r"DefaultCPUAllocator: (?:can't allocate|not enough) memory",
+            r"\b(?i:out of memory: kill(?:ed)? process) \d+",
+            r"Detected \d+ oom[-_]kill event",
+            r"srun: error: [^:\n]*: tasks? [\d,\-\[\]]+: Out Of Memory",
+            r"exceeded (?:job )?memory limit\b.*\bkill|Exceeded job memory limit",
+            r"std::bad_alloc",
+            r"(?<![\w.])MemoryError(?::|\s*$)",
+        ),
+    ),
+    (
         "oom_gpu",
         _rx(
             r"(?:CUDA|HIP|XPU|MPS) out of memory",
@@ -245,20 +283,57 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY",
             r"cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory",
             r"failed to allocate \S+ \(\d+ bytes\) from device",  # XLA / TF stream executor
-            r"DefaultCPUAllocator: (?:can't allocate|not enough) memory",  # host RAM (see docstring)
             # XLA (JAX, PyTorch/XLA, TF on TPU/GPU): the device memory allocator's status code; not
             # gRPC's status of the same name ("StatusCode.RESOURCE_EXHAUSTED", "8 RESOURCE_EXHAUSTED:
             # Received message larger than max (5013781 vs. 4194304)"): a message-size limit or quota
             r"(?<!StatusCode\.)\bRESOURCE_EXHAUSTED\b(?!.*message larger than max)",
             r"\bResource exhausted: Attempting to (?:allocate|reserve)",
-            # host memory (docstring, rule 6): the Linux OOM killer (mm/oom_kill.c), Slurm's task/cgroup
-            # plugin ("Detected 1 oom-kill event(s) in StepId=..." / "Detected 1 oom_kill event in
-            # StepId=...") and srun reporting the task's end ("srun: error: node: task 0: Out Of Memory")
-            # (also the cgroup form "Memory cgroup out of memory: Killed process N" and older kernels'
-            # "Out of memory: Kill process N (...) score ... or sacrifice child")
-            r"\b(?i:out of memory: kill(?:ed)? process) \d+",
-            r"Detected \d+ oom[-_]kill event",
-            r"srun: error: [^:\n]*: tasks? [\d,\-\[\]]+: Out Of Memory",
+        ),
+    ),
+    (
+        "divergence",
+        _rx(
+            # DeepSpeed's / Megatron's fp16 loss scaler giving up, fairseq's and detectron2's checks
+            r"loss scale (?:is )?already at (?:its )?minimum",
+            r"Minimum loss scale reached",
+            r"Loss became infinite or NaN",
+            # TensorFlow's NanTensorHook ("Model diverged with loss = NaN.", NanLossDuringTrainingError:
+            # "NaN loss during training."), scikit-neuralnetwork ("Training diverged and returned NaN.")
+            r"\b(?:model|loss|training)\s+diverged\b",
+            r"NanLossDuringTrainingError|NaN loss during training",
+            # "Loss is NaN", "loss is nan, stopping training", "grad norm is inf", "The loss returned in
+            # `training_step` is nan", "loss went NaN"
+            r"\b(?:loss|grad(?:ient)?s?[ _]norm)\b[^|\n]{0,40}?\b(?:is|are|became|was|went|got|turned)\s+"
+            r"(?:a\s+)?(?:nan|inf|non-?finite|infinite)\b",
+            r"\bnan (?:loss|detected|encountered|values? (?:found|detected) in)\b|\bNaN or Inf (?:found|detected)",
+            r"\bnon-?finite (?:loss|value|gradients?|grad norm)\b.*(?:detected|found|encountered|stop|abort)",
+            # Megatron-LM's checks (training.py / rerun_state_machine.py): "Rank 3: found NaN in local
+            # grad norm in backward pass ...", "found NaN in local forward loss calculation"
+            r"found (?:NaN|Inf) in (?:local )?(?:grad|forward|loss|the loss)",
+            # torch.nn.utils.clip_grad_norm_(error_if_nonfinite=True); autograd's anomaly mode
+            r"for gradients from `parameters` is non-finite",
+            r"returned nan values in its \d+\w* output",
+            # JAX's jax_debug_nans
+            r"FloatingPointError: invalid value \((?:nan|inf)\) encountered",
+            flags=_I,
+        ),
+    ),
+    (
+        "invalid_config",
+        _rx(
+            # layout/batch checks refusing a configuration (Megatron's ensure_divisibility "96 is not
+            # divisible by 64", "num_attention_heads must be divisible by tensor_model_parallel_size",
+            # HF "The hidden size (4096) is not a multiple of the number of attention heads (3)",
+            # DeepSpeed "Check batch related parameters. train_batch_size is not equal to
+            # micro_batch_per_gpu * gradient_acc_step * world_size", torchtitan "Invalid parallel dims")
+            r"\b(?:is |are )?not (?:evenly )?divisible by\b",
+            r"\b(?:must|should|has to|needs to) be (?:evenly )?divisible by\b",
+            r"\b(?:is not|must be|should be|needs to be) (?:a )?multiples? of\b",
+            r"Check batch related parameters",
+            r"is not equal to micro_batch_per_gpu",
+            r"Invalid parallel dims",
+            r"does not divide (?:evenly )?(?:the )?(?:number|world|global|num_)",
+            flags=_I,
         ),
     ),
     (
@@ -276,6 +351,11 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\[c10d\] recv\w* failed on SocketImpl",
             r"Error waiting on exit barrier",  # torchelastic agent's store barrier
             r"\bSocket Timeout\b",
+            # JAX / XLA's coordination service: "DEADLINE_EXCEEDED: Barrier timed out. Barrier_id:
+            # PjRT_Client_Connect"
+            r"DEADLINE_EXCEEDED: Barrier timed out",
+            # the TCPStore client of init_process_group (torch/distributed/rendezvous.py) giving up
+            r"(?:RuntimeError|DistNetworkError): (?:connect\(\) timed out|Connection timed out\s*$)",
             flags=_I,
         ),
     ),
@@ -302,6 +382,9 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"NCCL (?:error|failure)\b.*\b(?:invalid usage|invalid argument|internal error)",
             r"internal error - please report this issue to the NCCL developers",
             r"^\s*invalid usage\b.*(?:NCCL|for details)",  # the result string on a line of its own
+            # XLA (JAX, PyTorch/XLA) quoting ncclGetErrorString: "NCCL operation ncclAllReduce(...)
+            # failed: invalid usage: while running replica 0 ..."
+            r"NCCL operation \w+\(.*\) failed: (?:invalid usage|invalid argument|internal error)",
             r"Internal check failed",
             flags=_I,
         ),
@@ -322,6 +405,7 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"taking the entire process down",
             r"flight recorder dump signal",
             r"Timed out waiting \d+ ?ms for (?:send|recv) operation",
+            r"failed to pass monitoredBarrier",
             flags=_I,
         ),
     ),
@@ -356,6 +440,11 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"NET/IB\w*\s*:.*(?:error|fail|Got completion)",  # NET/IB, NET/IBP (vendor plugins)
             r"Got completion from peer .*(?:error|status=|vendor err)",
             r"NET/OFI\b.*(?:error|fail)",
+            # aws-ofi-nccl's warnings in a running job ("NET/OFI Unexpected status (0) for message 246",
+            # "Write complete from unexpected request type!", "Unable to insert remote address into
+            # address vector", "Unexpected number of remote rails") precede its failure; the plugin
+            # discovery warnings of healthy jobs are benign (_BENIGN)
+            r"NCCL WARN NET/OFI\b",
             r"NET/Socket\s*:.*(?:error|fail|closed)",
             r"Socket (?:recv|send) failed",
             r"Connection closed by (?:remote )?peer",
@@ -413,16 +502,8 @@ class Classification:
 
 
 def status_for(error_class: str | None) -> str | None:
-    """Run status implied by an error class (``None`` for no failure)."""
-    if error_class is None:
-        return None
-    if error_class in ("oom_gpu", "oom_gpu_nccl_buffer"):
-        return "oom"
-    if error_class in ("collective_timeout", "scheduler_time_limit"):
-        return "timeout"
-    if error_class.startswith("nccl_"):
-        return "nccl_error"
-    return "failed"
+    """Run status implied by an error class (``None`` for no failure): core.record's one table."""
+    return status_for_error_class(error_class)
 
 
 #: Lower-case substrings of which every line matched by a rule contains at least one: a cheap
@@ -435,6 +516,9 @@ _KEYWORDS = (
     "out_of_memory", "invalid", "internal", "watchdog", "process down", "flight recorder", "nccl warn",
     "connection", "net/", "broken pipe", "no route", "ibv_", "return code", "segmentation", "fatal",
     "core dumped", "srun", "slurmstepd", "[e", "alloc", "retcode", "res=", "exhausted", "barrier", "killed", "aborted",
+    "nan", "infinite", "non-finite", "nonfinite", "is inf", "loss scale", "divisib", "multiple of", "not equal to",
+    "invalid parallel", "node failure", "node_fail", "not responding", "memoryerror", "memory limit", "net/ofi",
+    "diverged", "attach gpu",
 )
 
 
@@ -457,6 +541,11 @@ def classify_line(line: str) -> str | None:
     if _BENIGN.search(line) or _CODE_LINE.match(core):
         return None
     if _WARNING_LINE.match(core) and not _FAILING_WARNING.search(core):
+        # a warning is not a failure, unless it reports one: Megatron-LM logs the OOM that ends the run
+        # through its logger first ("WARNING:megatron.core.utils:CUDA out of memory. Tried to ...")
+        for error_class, pattern in RULES:
+            if error_class in _FAILURES_WARNED and pattern.search(line):
+                return error_class
         return None
     core = core.strip()
     proxy = _NCCL_PROXY_CODE.search(line)

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.record import REPORTED_FIELDS, parse_bool
+from core.record import REPORTED_FIELDS, parse_bool, parse_tags
 
 SOURCES = ("metric", "param", "tag", "column")
 STATE_STATUS = {"finished": "success", "failed": "failed", "killed": "failed", "crashed": "failed"}
@@ -184,6 +184,8 @@ def convert(field_name: str, raw: Any, scale: float | None = None) -> Any:
         return number
     if kind == "b":
         return parse_bool(field_name, raw)
+    if kind == "l":
+        return parse_tags(raw)
     if kind == "j":
         if isinstance(raw, str):
             try:

@@ -68,7 +68,9 @@ def arrow_schema(columns: list[Any]) -> pa.Schema:
 
 
 _ARROW_SCHEMA = arrow_schema(INSERT_COLUMNS)
-_SELECT_LIST = ", ".join("CAST(extra AS JSON)" if n == "extra" else n for n in _NAMES)
+#: JSON columns (extra, tags): sent as JSON text, cast to JSON by the insert
+_JSON_NAMES = [c.name for c in INSERT_COLUMNS if isinstance(c.type, sa.JSON)]
+_SELECT_LIST = ", ".join(f"CAST({n} AS JSON)" if n in _JSON_NAMES else n for n in _NAMES)
 _PG_INSERT = (f"INSERT INTO runs ({', '.join(_NAMES)}) "
               f"SELECT {_SELECT_LIST} FROM unnest("
               + ", ".join(f"%({c.name})b::{_pg_array_type(c)}" for c in INSERT_COLUMNS)
@@ -82,7 +84,8 @@ _FLOAT_NAMES = [c.name for c in INSERT_COLUMNS if isinstance(c.type, sa.Double |
 
 def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
     data = {name: [r.get(name) for r in rows] for name in _NAMES}
-    data["extra"] = [json.dumps(v) if v is not None else None for v in data["extra"]]
+    for name in _JSON_NAMES:
+        data[name] = [json.dumps(v) if v is not None else None for v in data[name]]
     for name in _FLOAT_NAMES:
         data[name] = [None if v is None else float(v) for v in data[name]]
     return data
@@ -105,7 +108,7 @@ def insert(session: Session, rows: list[dict[str, Any]]) -> dict[str, int]:
         return {key: run_id for key, run_id in result}
     raw = _driver(session)
     view = f"_ingest_{uuid.uuid4().hex}"
-    # the view's columns are _NAMES in order; extra (JSON text) is cast to JSON by the insert itself
+    # the view's columns are _NAMES in order; extra and tags (JSON text) are cast to JSON by the insert itself
     # (an explicit 54-column select list with CAST cost ~1 ms more per statement to bind)
     sql = f"INSERT INTO runs ({', '.join(_NAMES)}) SELECT * FROM {view} RETURNING run_key, id"
     raw.register(view, pa.table(_columns(rows), schema=_ARROW_SCHEMA))

@@ -270,6 +270,15 @@ def fetch_rows(session: Session, sql: str) -> list[tuple]:
     return [tuple(r) for r in session.execute(sa.text(sql))]
 
 
+def json_list_contains(session: Session, column: Any, value: str) -> sa.ColumnElement[bool]:
+    """The condition "the JSON list of strings in `column` holds `value`" (whole elements) on the
+    session's backend: PostgreSQL's jsonb containment (`@>`), DuckDB's json_contains."""
+    literal = sa.cast(sa.literal(value), sa.Text)
+    if session.get_bind().dialect.name == "postgresql":
+        return sa.cast(column, sa.dialects.postgresql.JSONB).op("@>")(sa.func.jsonb_build_array(literal))
+    return sa.func.json_contains(column, sa.func.to_json(literal))
+
+
 def _file_lock(key: str) -> threading.RLock:
     """The write lock of a DuckDB file, shared by every Database of that file in this process
     ("" — in-memory — gets a lock of its own)."""

@@ -13,9 +13,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from core.record import ERROR_CLASSES, RECOMPUTE, STATUSES
+from core.record import (
+    ALL_STATUSES,
+    ERROR_CLASSES,
+    MAX_TAGS,
+    RECOMPUTE,
+    REPORTED_STATUSES,
+    TAG_MAX_LEN,
+    parse_tags,
+)
 
-Status = Literal[STATUSES]  # type: ignore[valid-type]
+#: every status a run reads as (answers, the status filter); `lost` is derived, never reported
+Status = Literal[ALL_STATUSES]  # type: ignore[valid-type]
+#: what a client may report: a finished run's status, or `running` to open a run (DESIGN §9)
+ReportedStatus = Literal[REPORTED_STATUSES]  # type: ignore[valid-type]
 Recompute = Literal[RECOMPUTE]  # type: ignore[valid-type]
 ErrorClass = Literal[ERROR_CLASSES]  # type: ignore[valid-type]
 
@@ -69,6 +80,10 @@ class RunIn(BaseModel):
     name: str | None = Field(default=None, max_length=2000)
     started_at: datetime | None = Field(default=None, description="when the job ran (ISO 8601; naive = UTC)")
     source: str = Field(default="api", min_length=1, max_length=64)
+    sweep: str | None = Field(default=None, min_length=1, max_length=200,
+                              description="the sweep (POST /api/v1/sweeps) the run belongs to, by name")
+    tags: list[str] | None = Field(default=None, description=f"free labels (at most {MAX_TAGS}, each at most "
+                                                             f"{TAG_MAX_LEN} characters); filter GET /runs?tag=")
     model_name: str | None = Field(default=None, max_length=200)
     model_params: int | None = Field(default=None, ge=1, le=INT64_MAX,
                                      description="total parameters, embeddings included")
@@ -108,7 +123,10 @@ class RunIn(BaseModel):
     torch_version: str | None = Field(default=None, max_length=100)
     cuda_version: str | None = Field(default=None, max_length=100)
     nccl_version: str | None = Field(default=None, max_length=100)
-    status: Status = "success"
+    status: ReportedStatus = Field(default="success", description=(
+        "a finished run's status, or `running` to open a live run at the start of its job (then heartbeat "
+        "it with POST /runs/{run_key}/heartbeat and finish it once with the same run_key and a finished "
+        "status); `lost` is never sent: a running run without a heartbeat for lost_after_s reads so"))
     tokens_per_sec_per_gpu: float | None = Field(default=None, ge=0)
     tflops_per_gpu: float | None = Field(default=None, ge=0)
     mfu: float | None = Field(default=None, ge=0, le=1, description="fraction in [0, 1]")
@@ -121,6 +139,12 @@ class RunIn(BaseModel):
     extra: dict[str, Any] | None = None
 
     _finite_extra = field_validator("extra")(classmethod(lambda cls, v: finite_json(v)))
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, v: list[str] | None) -> list[str] | None:
+        """core.record.parse_tags: stripped, empty ones dropped, each once, bounded."""
+        return parse_tags(v)
 
     @field_validator("started_at")
     @classmethod
@@ -153,11 +177,59 @@ class RunOut(RunIn):
     retired_reason: str | None = None
     mfu: float | None = None  # stored as reported; bounds are checked on input only
     hfu: float | None = None
+    status: Status = Field(description="as stored, except a running run whose last heartbeat is older than "
+                                       "lost_after_s, which reads `lost`")
+    last_heartbeat_at: UtcDatetime | None = Field(
+        default=None, description="live runs: when the job was last heard from (opening, heartbeat, steps, finish)")
 
     @field_validator("started_at", "ingested_at")
     @classmethod
     def _utc_naive(cls, v: datetime | None) -> datetime | None:  # overrides RunIn's: stored naive UTC
         """Stored timestamps are naive UTC; on the wire they carry their offset (RFC 3339)."""
+        return as_utc(v)
+
+
+class StepFigures(BaseModel):
+    """The figures of one optimizer step (core/steps.py STEP_METRICS). Units in the names; mfu a fraction."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    step_time_s: float | None = Field(default=None, gt=0, description="seconds for this optimizer step")
+    tokens_per_sec_per_gpu: float | None = Field(default=None, ge=0)
+    tflops_per_gpu: float | None = Field(default=None, ge=0)
+    mfu: float | None = Field(default=None, ge=0, le=1, description="fraction in [0, 1]")
+    loss: float | None = None
+    grad_norm: float | None = Field(default=None, ge=0)
+    learning_rate: float | None = Field(default=None, ge=0)
+    peak_memory_gib: float | None = Field(default=None, ge=0, description="per GPU, GiB (2**30 bytes)")
+    recorded_at: datetime | None = Field(default=None, description="when the job measured it (ISO 8601; naive = UTC)")
+
+    @field_validator("recorded_at")
+    @classmethod
+    def _utc_naive(cls, v: datetime | None) -> datetime | None:
+        if v is not None and v.tzinfo is not None:
+            try:
+                v = v.astimezone(UTC).replace(tzinfo=None)
+            except OverflowError as exc:
+                raise ValueError(f"{v.isoformat()} is outside the representable UTC range") from exc
+        return v
+
+
+class StepIn(StepFigures):
+    """One optimizer step of a live run (core/steps.py STEP_FIELDS): its number and figures."""
+
+    step: int = Field(ge=0, le=INT64_MAX, description="optimizer step number")
+
+
+class StepOut(StepIn):
+    """A stored step: as sent, and when it arrived."""
+
+    recorded_at: UtcDatetime | None = None
+    received_at: UtcDatetime
+
+    @field_validator("recorded_at")
+    @classmethod
+    def _utc_naive(cls, v: datetime | None) -> datetime | None:  # stored naive UTC, sent with its offset
         return as_utc(v)
 
 

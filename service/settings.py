@@ -14,6 +14,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.lifecycle import DEFAULT_LOST_AFTER_S
+
 
 def default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "scalebook"
@@ -47,6 +49,10 @@ class Settings(BaseSettings):
     #: the address the API is bound to (`scalebook serve --host` sets it): beyond loopback the API is
     #: never open without tokens (unless `insecure`) and its last admin token cannot be revoked
     host: str = "127.0.0.1"
+    #: live runs: a running run whose last heartbeat is older than this reads as `lost` (core/lifecycle.py), seconds
+    lost_after_s: float = Field(default=DEFAULT_LOST_AFTER_S, gt=0, le=30 * 24 * 3600)
+    #: live runs: the most steps kept per run (POST /runs/{run_key}/steps); older steps beyond it are thinned
+    max_steps_per_run: int = Field(default=10_000, ge=10, le=1_000_000)
 
     @field_validator("max_batch_runs", "max_body_bytes", "sql_max_rows")
     @classmethod

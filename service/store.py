@@ -16,8 +16,9 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from service import bulk, derive, run_configs
-from service.db import Database
+from core.record import RUNNING
+from service import bulk, derive, lifecycle, run_configs, steps
+from service.db import Database, json_list_contains, locked
 from service.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from service.schemas import RunIn
 from service.tables import Run
@@ -111,7 +112,9 @@ def store_runs(session: Session, payloads: list[Any]) -> tuple[list[Any], int, i
     (counted as existing); same run_key + different content (stored, or twice in the request) →
     Conflict (409) naming the keys, nothing stored. A run_key a concurrent request stores between
     the look-up and the insert (PostgreSQL) is looked up again and answered as a retry: 200 for
-    the same content, 409 for different content — never a unique-violation error. An empty list
+    the same content, 409 for different content — never a unique-violation error. The one exception
+    to immutability (DESIGN §9): a stored `running` run (lost or not) receiving its run_key with a
+    finished status is finished — see `_finish_open_runs` — and answered as existing. An empty list
     stores nothing and answers ([], 0, 0). Raises ValidationFailed (422) as validate_records.
 
     New runs are answered from the rows just written (StoredRun); stored ones are read back as
@@ -122,11 +125,19 @@ def store_runs(session: Session, payloads: list[Any]) -> tuple[list[Any], int, i
     if not by_key:
         return [], 0, 0
     stored = bulk.stored_hashes(session, list(by_key))
+    now = datetime.now(UTC).replace(tzinfo=None)
+    changed = [k for k, r in by_key.items() if k in stored and stored[k] != r["content_hash"]]
+    if changed:  # a different record under a stored key: the finish of an open run, or a conflict
+        payload_of = dict(zip(order, payloads))
+        # a finished run enters the per-configuration summary (an open one never is in it)
+        with run_configs.refreshing(session, [Run.run_key.in_(changed)]):
+            stored.update(_finish_open_runs(session, {k: payload_of[k] for k in changed}, by_key, order, now))
     _raise_conflicts(stored, by_key, order)
     new_rows = [r for k, r in by_key.items() if k not in stored]
-    now = datetime.now(UTC).replace(tzinfo=None)
     for r in new_rows:
         r["ingested_at"] = now
+        if r["status"] == RUNNING:  # opened now: its first sign of life
+            r["last_heartbeat_at"] = now
     ids = bulk.insert(session, new_rows)
     raced = [r["run_key"] for r in new_rows if r["run_key"] not in ids]
     if raced:  # stored by a concurrent request since the look-up
@@ -144,6 +155,51 @@ def store_runs(session: Session, payloads: list[Any]) -> tuple[list[Any], int, i
     # summary rows it shares with a concurrent one for the shortest time before its commit
     run_configs.add(session, [r for r in new_rows if r["run_key"] in ids])
     return [out[k] for k in order], len(ids), len(by_key) - len(ids)
+
+
+def _finish_open_runs(session: Session, payloads: dict[str, Any], by_key: dict[str, dict[str, Any]],
+                      order: list[str], now: datetime) -> dict[str, str]:
+    """Settle the live runs among `payloads` ({run_key: raw record whose content hash differs from the
+    stored run's}). A live run's record is its opening record's reported fields overlaid by those the
+    finishing record states (so a finish may send its status and figures only), validated and derived
+    again as any new run:
+    - a stored `running` run (lost or not) and a finished status: the run is finished — its columns
+      become that record's, content_hash its hash, last_heartbeat_at `now`; id and ingested_at stay;
+    - a live run already finished, and a record that, overlaid on it, changes nothing: a retry of the
+      finish (the spool's replay), answered as the stored run.
+    Returns {run_key: content_hash} for those keys (by_key gets their merged rows); every other key is
+    left to the caller's conflict check (409). Raises ValidationFailed for a merged record that does not
+    validate (its index is the request's)."""
+    from core.record import REPORTED_FIELDS
+    from ingest.parsers.runs import as_reported
+
+    live = sa.select(Run).where(Run.run_key.in_(list(payloads)), Run.last_heartbeat_at.is_not(None))
+    settled: dict[str, str] = {}
+    for run in session.scalars(locked(session, live)):
+        key, payload = run.run_key, payloads[run.run_key]
+        if not isinstance(payload, dict) or (run.status == RUNNING and payload.get("status", "success") == RUNNING):
+            continue  # an open run re-opened with other content: a conflict
+        stated = as_reported({f: getattr(run, f) for f in REPORTED_FIELDS if getattr(run, f) is not None})
+        merged = {**stated, **payload, "extra": {**(stated.get("extra") or {}), **(payload.get("extra") or {})}}
+        merged["extra"] = merged["extra"] or None
+        merged = steps.with_headline(session, run.id, merged)  # a series and no headline: its steady median
+        try:
+            row = validate_records([merged])[0]
+        except ValidationFailed as exc:
+            for detail in exc.details:
+                detail["index"] = order.index(key)
+            raise ValidationFailed(f"finishing run {key!r}: {exc.message}", exc.details) from None
+        if run.status == RUNNING:
+            for column, value in row.items():
+                if column != "run_key":
+                    setattr(run, column, value)
+            run.last_heartbeat_at = now
+        elif row["content_hash"] != run.content_hash:
+            continue  # a finished run changed: immutable, a conflict
+        by_key[key] = row
+        settled[key] = row["content_hash"]
+    session.flush()
+    return settled
 
 
 def ingest(db: Database, payloads: list[Any]) -> tuple[list[Any], int, int]:
@@ -208,7 +264,7 @@ FILTER_COLUMNS = (
     "name", "model_name", "model_params", "model_size_class", "source", "gpu_type", "gpus_per_node", "nodes",
     "world_size", "seq_len", "dp", "tp", "pp", "cp", "ep", "zero_stage", "micro_batch_size",
     "grad_accum_steps", "global_batch_tokens", "recompute", "precision", "framework", "status",
-    "error_class", "fingerprint", "run_key",
+    "error_class", "fingerprint", "run_key", "sweep",
 )
 #: columns accepted by `sort` (prefix '-' for descending)
 SORT_COLUMNS = ("id", "started_at", "ingested_at", "nodes", "model_params", "tokens_per_sec_per_gpu", "mfu",
@@ -218,11 +274,15 @@ SORT_COLUMNS = ("id", "started_at", "ingested_at", "nodes", "model_params", "tok
 def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", limit: int = 100,
               cursor: str | None = None, started_after: datetime | None = None,
               started_before: datetime | None = None, name_prefix: str | None = None,
-              retired: bool | None = None, size_range: tuple[float, float] | None = None
+              retired: bool | None = None, size_range: tuple[float, float] | None = None,
+              lost_cutoff: datetime | None = None, tag: str | None = None
               ) -> tuple[list[Run], str | None, int]:
     """A page of runs matching equality `filters`, keyset-paginated on (sort column, id);
     `retired` True: retired runs only, False: runs not retired, None: both. `size_range` (lo, hi):
-    model_size_class in [lo, hi) billions (a size family).
+    model_size_class in [lo, hi) billions (a size family). A `status` filter reads statuses as the API
+    answers them (service/lifecycle.py): `running` / `lost` split the open runs at `lost_cutoff`
+    (now − lost_after_s, naive UTC; default: now − core.lifecycle.DEFAULT_LOST_AFTER_S). `tag`: runs
+    whose tags include it.
 
     Returns (runs, next_cursor or None, total matching). NULLs sort last. Raises BadRequest for
     an unknown filter/sort column or a malformed cursor.
@@ -234,11 +294,19 @@ def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", li
         if name not in FILTER_COLUMNS:
             raise BadRequest(f"cannot filter on '{name}'",
                              [{"field": name, "value": value, "message": "unknown filter"}])
+        if name == "status":
+            if lost_cutoff is None:
+                from core.lifecycle import DEFAULT_LOST_AFTER_S
+                lost_cutoff = lifecycle.lost_cutoff(lifecycle.utcnow(), DEFAULT_LOST_AFTER_S)
+            conds.append(lifecycle.status_condition(value, lost_cutoff))
+            continue
         conds.append(getattr(Run, name) == value)
     if name_prefix:  # LIKE with % and _ escaped: a literal prefix
         conds.append(Run.name.startswith(name_prefix, autoescape=True))
     if retired is not None:
         conds.append(Run.retired_at.is_not(None) if retired else Run.retired_at.is_(None))
+    if tag is not None:
+        conds.append(json_list_contains(session, Run.tags, tag))
     if size_range is not None:
         conds.append(Run.model_size_class >= size_range[0])
         if size_range[1] != float("inf"):
@@ -275,6 +343,14 @@ def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", li
         last = runs[-1]
         next_cursor = _encode_cursor(getattr(last, col_name), last.id)
     return runs, next_cursor, int(total or 0)
+
+
+def open_runs(session: Session, lost_cutoff: datetime, status: str | None = None, limit: int = 200) -> list[Run]:
+    """The open runs (stored `running`), most recently heard from first; `status` "running" / "lost"
+    keeps those that read so at `lost_cutoff` (service/lifecycle.py). At most `limit`."""
+    cond = lifecycle.status_condition(status, lost_cutoff) if status else Run.status == RUNNING
+    return list(session.scalars(sa.select(Run).where(cond)
+                                .order_by(Run.last_heartbeat_at.desc().nulls_last(), Run.id.desc()).limit(limit)))
 
 
 def naive_utc(moment: datetime) -> datetime:

@@ -54,6 +54,10 @@ class Run(Base):
     name: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime | None] = mapped_column(DateTime)
     source: Mapped[str] = mapped_column(String(64), nullable=False)
+    # the sweep the run belongs to (sweeps.name; not a foreign key: a run may name a sweep that another
+    # database holds, and an import keeps it) and free labels, a JSON list of strings (migration 0013)
+    sweep: Mapped[str | None] = mapped_column(String(200))
+    tags: Mapped[list | None] = mapped_column(JSON)
 
     model_name: Mapped[str | None] = mapped_column(String(200))
     model_params: Mapped[int | None] = mapped_column(BigInteger)
@@ -119,6 +123,11 @@ class Run(Base):
     allreduce_gb_s: Mapped[float | None] = mapped_column(Double)
     ar_intra_node_gb_s: Mapped[float | None] = mapped_column(Double)
 
+    # live runs (DESIGN §9, migration 0013): the last time an open run's job was heard from (its opening,
+    # a heartbeat, a step batch, its finish), naive UTC. A `running` run whose last heartbeat is older than
+    # lost_after_s reads as `lost` (core/lifecycle.py); NULL for a run that was stored finished.
+    last_heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)
+
     __table_args__ = (
         Index("ux_runs_run_key", "run_key", unique=True),
         Index("ix_runs_heatmap", "model_size_class", "nodes", "status"),
@@ -144,8 +153,15 @@ Index("ix_runs_best_tps_slice", Run.gpu_type, Run.seq_len, Run.model_size_class,
 Index("ix_runs_cells", Run.model_size_class, Run.nodes, Run.status, postgresql_include=["gpu_type", "seq_len"],
       postgresql_where=sa.and_(Run.retired_at.is_(None), Run.model_size_class.is_not(None), Run.nodes.is_not(None))
       ).ddl_if(dialect="postgresql")
+# a sweep's runs (GET /sweeps/{name}, GET /runs?sweep=): PostgreSQL only — DuckDB cannot drop a column
+# whose index was dropped in the same transaction (0013's downgrade), and scans one column fast (0013)
+Index("ix_runs_sweep", Run.sweep).ddl_if(dialect="postgresql")
+# the open runs (GET /runs?status=running|lost, the dashboard's Live view): a few rows whatever the size
+# of the table, ordered by their last heartbeat (0013)
+Index("ix_runs_open", Run.last_heartbeat_at, postgresql_include=["id"],
+      postgresql_where=Run.status == "running").ddl_if(dialect="postgresql")
 # the recommender's recorded OOMs (recommend._oom_rows): an index-only scan (0010). (ix_runs_config, the covering
-# index of the per-request configuration aggregate, went with 0013: run_configs holds that aggregate.)
+# index of the per-request configuration aggregate, went with 0017: run_configs holds that aggregate.)
 Index("ix_runs_oom", Run.gpu_type, Run.model_size_class, Run.seq_len, Run.dp, Run.tp, Run.pp, Run.cp, Run.zero_stage,
       Run.micro_batch_size, Run.recompute, postgresql_include=["id"],
       postgresql_where=sa.and_(Run.status == "oom", Run.retired_at.is_(None))).ddl_if(dialect="postgresql")
@@ -195,6 +211,28 @@ class RunConfig(Base):
     ar_intra_node_gb_s_n: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
+class RunStep(Base):
+    """One optimizer step of a live run (DESIGN §9, core/steps.py's STEP_FIELDS): the series behind the
+    run page's plot, its jitter and stragglers, and the headline of a run that reports none. Keyed by
+    (run_id, step): a step sent twice (a retry, the spool's replay) is stored once. At most
+    SCALEBOOK_MAX_STEPS_PER_RUN per run (service/steps.py thins the series evenly beyond it)."""
+
+    __tablename__ = "run_steps"
+
+    run_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    received_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    recorded_at: Mapped[datetime | None] = mapped_column(DateTime)
+    step_time_s: Mapped[float | None] = mapped_column(Double)
+    tokens_per_sec_per_gpu: Mapped[float | None] = mapped_column(Double)
+    tflops_per_gpu: Mapped[float | None] = mapped_column(Double)
+    mfu: Mapped[float | None] = mapped_column(Double)
+    loss: Mapped[float | None] = mapped_column(Double)
+    grad_norm: Mapped[float | None] = mapped_column(Double)
+    learning_rate: Mapped[float | None] = mapped_column(Double)
+    peak_memory_gib: Mapped[float | None] = mapped_column(Double)
+
+
 class ApiToken(Base):
     """An API token, stored as a SHA-256 hash; the plain token is shown once at creation."""
 
@@ -210,3 +248,56 @@ class ApiToken(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime)
 
     __table_args__ = (Index("ux_api_tokens_token_hash", "token_hash", unique=True),)
+
+
+SWEEP_ID_SEQ = Sequence("sweeps_id_seq", start=1)
+
+
+class Sweep(Base):
+    """A sweep (DESIGN §9): a named search for one target's best configuration. Only its definition is
+    stored; its progress (runs by status, best so far, what is left) is read from the runs that name it
+    (runs.sweep), per request (service/sweeps.py)."""
+
+    __tablename__ = "sweeps"
+
+    id: Mapped[int] = mapped_column(BigInteger, SWEEP_ID_SEQ, primary_key=True,
+                                    server_default=SWEEP_ID_SEQ.next_value())
+    name: Mapped[str] = mapped_column(String(200), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    strategy: Mapped[str] = mapped_column(String(16), nullable=False)  # grid | suggest
+    budget: Mapped[int] = mapped_column(Integer, nullable=False)  # configurations handed out, at most
+    target: Mapped[dict] = mapped_column(JSON, nullable=False)  # model size or dims, cluster, batch, framework …
+    grid: Mapped[dict | None] = mapped_column(JSON)  # grid: {field: [values]}; suggest: null
+    # suggest: stop when the best expected improvement is below this fraction of the best so far
+    min_expected_improvement: Mapped[float | None] = mapped_column(Double)
+    description: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (Index("ux_sweeps_name", "name", unique=True),)
+
+
+LEASE_ID_SEQ = Sequence("sweep_leases_id_seq", start=1)
+
+
+class SweepLease(Base):
+    """One configuration of a sweep handed to an agent (POST /api/v1/sweeps/{name}/next): the run
+    `run_key` opened as running for it. The unique index on (sweep, config_key, attempt) is what keeps
+    two agents — any number of API processes on one PostgreSQL, or one DuckDB file — from being handed
+    the same configuration: the second INSERT of a (sweep, configuration, attempt) does nothing, and
+    that agent is offered the next configuration. attempt 2 exists only when attempt 1's run went lost."""
+
+    __tablename__ = "sweep_leases"
+
+    id: Mapped[int] = mapped_column(BigInteger, LEASE_ID_SEQ, primary_key=True,
+                                    server_default=LEASE_ID_SEQ.next_value())
+    sweep: Mapped[str] = mapped_column(String(200), nullable=False)
+    config_key: Mapped[str] = mapped_column(String(200), nullable=False)  # core.rules.config_label
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False)  # 1, or 2 for a lost lease's second try
+    run_key: Mapped[str] = mapped_column(String(200), nullable=False)
+    config: Mapped[dict] = mapped_column(JSON, nullable=False)  # CONFIG_FIELDS
+    # the throughput model's figures for the configuration when it was handed out (null: no model yet)
+    predicted: Mapped[dict | None] = mapped_column(JSON)
+    leased_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    agent: Mapped[str | None] = mapped_column(String(200))  # who asked (host:pid), for the record
+
+    __table_args__ = (Index("ux_sweep_leases_config", "sweep", "config_key", "attempt", unique=True),
+                      Index("ux_sweep_leases_run_key", "run_key", unique=True))

@@ -231,8 +231,43 @@ VARIANTS: dict[str, list[str]] = {
     "scheduler_cancelled": [
         "slurmstepd: error: *** JOB 1932211 ON gpu-q-07 CANCELLED AT 2025-06-01T12:01:44 ***",
         "slurmstepd: error: *** STEP 5521.0 ON a100-05 CANCELLED AT 2024-09-09T10:10:10 DUE TO PREEMPTION ***",
+        "slurmstepd: error: *** STEP 77120.0 ON dgx-12 CANCELLED AT 2025-03-02T08:15:40 ***",
+    ],
+    # issue 27: a diverged run, a refused layout, a lost node, a host OOM kill
+    "divergence": [
+        "[2024-06-01 10:00:00,000] [ERROR] Exception: Current loss scale already at minimum - cannot decrease "
+        "scale anymore. Exiting run.",
+        "[rank5]: AssertionError: Rank 5: found NaN in local grad norm in backward pass before data-parallel "
+        "communication collective. Device: 5, node: gpu-a-012",
+        "RuntimeError: The total norm of order 2.0 for gradients from `parameters` is non-finite, so it cannot "
+        "be clipped. To disable this error and scale the gradients by the non-finite norm anyway, set "
+        "`error_if_nonfinite=False`",
+        "ValueError: Loss is NaN at step 1200, stopping training",
+        "FloatingPointError: invalid value (nan) encountered in mul",
+    ],
+    "invalid_config": [
+        "[rank0]: AssertionError: 40 is not divisible by 16",
+        "AssertionError: num_attention_heads (28) must be divisible by tensor_model_parallel_size (8)",
+        "ValueError: The hidden size (4096) is not a multiple of the number of attention heads (3)",
+        "AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+        "gradient_acc_step * world_size 256 != 4 * 8 * 4",
+        "AssertionError: Invalid parallel dims: dp(3) * cp(1) * tp(2) * pp(1) != WORLD_SIZE(8)",
+    ],
+    "node_failure": [
+        "salloc: error: Node failure on gpu-st-p5-48xlarge-17",
+        "srun: error: Node failure on hgx-b200-033",
         "slurmstepd-hgx-17: error: *** JOB 313 ON hgx-17 CANCELLED AT 2025-01-20T17:45:02 DUE TO NODE FAILURE, "
         "SEE SLURMCTLD LOG FOR DETAILS ***",
+        "srun: error: gpu-q-12: task 5: Bus error",
+    ],
+    "oom_host": [
+        "slurmstepd: error: Detected 3 oom-kill event(s) in StepId=4471.0. Some of your processes may have been "
+        "killed by the cgroup out-of-memory handler.",
+        "[81234.512] Out of memory: Killed process 5512 (pt_main_thread) total-vm:812345678kB, anon-rss:51234567kB",
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:83] data. DefaultCPUAllocator: not enough memory: you "
+        "tried to allocate 68719476736 bytes.",
+        "srun: error: node-7: task 2: Out Of Memory",
+        "terminate called after throwing an instance of 'std::bad_alloc'",
     ],
     "unknown": [
         "Traceback (most recent call last):",
@@ -362,14 +397,14 @@ ROOT_CASES = {
     ),
     # https://github.com/ZwwWayne/K-Net/issues/30: srun cancels the step once a task is OOM-killed;
     # the cgroup's report on the batch step comes after the banner (lines in their order there)
-    "step_cancelled_after_an_oom_kill": (
+    "step_cancelled_after_an_oom_kill": (  # a host OOM kill (oom_host) is the cause
         [
             "srun: launch/slurm: _step_signal: Terminating StepId=9411285.0",
             "slurmstepd-gpu20-15: error: *** STEP 9411285.0 ON gpu20-15 CANCELLED AT 2022-05-17T17:58:10 ***",
             "slurmstepd-gpu20-15: error: Detected 1 oom-kill event(s) in StepId=9411285.batch. Some of your "
             "processes may have been killed by the cgroup out-of-memory handler.",
         ],
-        "oom_gpu",
+        "oom_host",
         "slurmstepd-gpu20-15: error: Detected 1 oom-kill event(s) in StepId=9411285.batch. Some of your "
         "processes may have been killed by the cgroup out-of-memory handler.",
     ),
@@ -393,6 +428,23 @@ ROOT_CASES = {
         "cuda_illegal_memory_access",
         "NVRM: Xid (PCI:0000:02:00): 31, pid=56543, name=python3.12, channel 0x01000005. MMU Fault: ENGINE "
         "CE2 HUBCLIENT_HSCE2 faulted @ 0x100_07600000.",
+    ),
+    # issue 27: a lost node makes its peers time out; a diverged run's exception ends in symptoms
+    "node_failure_then_peer_timeouts": (
+        [NANOTRON_ITER, TIMEOUT, "srun: error: Node failure on gpu-st-p5-48xlarge-17", CHILD],
+        "node_failure",
+        "srun: error: Node failure on gpu-st-p5-48xlarge-17",
+    ),
+    "loss_scale_at_minimum_then_child_failed": (
+        [NANOTRON_ITER, TRACEBACK, "Exception: Current loss scale already at minimum - cannot decrease scale "
+         "anymore. Exiting run.", CHILD],
+        "divergence",
+        "Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+    ),
+    "invalid_layout_then_timeouts": (
+        [TIMEOUT, "[rank0]: AssertionError: 40 is not divisible by 16", CHILD],
+        "invalid_config",
+        "[rank0]: AssertionError: 40 is not divisible by 16",
     ),
     "nccl_code_with_network_detail_stays": (
         [
@@ -441,6 +493,10 @@ def test_no_failure():
         ("child_process_failed", "failed"),
         ("rendezvous_failure", "failed"),
         ("scheduler_cancelled", "failed"),
+        ("divergence", "failed"),
+        ("invalid_config", "failed"),
+        ("node_failure", "failed"),
+        ("oom_host", "oom"),
         ("unknown", "failed"),
         (None, None),
     ],
@@ -520,4 +576,4 @@ def test_kernel_oom_kill_in_its_cgroup_and_old_forms():
 
     for line in ("[812.3] Memory cgroup out of memory: Killed process 4242 (python) total-vm:1024kB",
                  "Out of memory: Kill process 999 (python) score 900 or sacrifice child"):
-        assert classify_line(line) == "oom_gpu", line
+        assert classify_line(line) == "oom_host", line

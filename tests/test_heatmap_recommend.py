@@ -240,7 +240,7 @@ def test_recommend_bad_target(nanotron_client):
 @pytest.mark.parametrize("text, expected", [("8B", 8e9), ("1.34B", 1.34e9), ("8e9", 8e9), ("470", 470e9),
                                             ("70b", 70e9), ("125M", 125e6), (8030261248, 8030261248)])
 def test_parse_model_params(text, expected):
-    from service.analytics.recommend import parse_model_params
+    from service.analytics.target import parse_model_params
 
     assert parse_model_params(text) == int(expected)
 

@@ -241,5 +241,5 @@ def test_import_log_refuses_an_unrecognisable_file(live_api, tmp_path):
     assert out.exit_code == 1 and "refused" in out.output
     [reject] = data_rows(tmp_path / "r.csv")
     assert reject["reason"].startswith(f"{empty}: nothing to import")
-    assert "training-step lines of a known format" in reject["reason"]
+    assert "found no training metrics" in reject["reason"]
     assert _runs_total(live_api) == 0

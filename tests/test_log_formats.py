@@ -50,7 +50,7 @@ NEW_EXPECTED: dict[str, dict] = {
         "tflops_per_gpu": 13.63, "step_time_s": 7.77,
     },
     "megatron_deepspeed_grad_norm_nan.log": {
-        "framework": "megatron-deepspeed", "status": "success",  # diverged, not crashed
+        "framework": "megatron-deepspeed", "status": "failed", "error_class": "divergence",  # ends on NaN
         # iterations 5426..5428 -> skip 1 -> TFLOPs 78.77, 78.71; ms 4225.8, 4229.2
         "tflops_per_gpu": 78.74, "step_time_s": 4.2275,
         "seq_len": 2048,  # "actual seqlen:  2048"
@@ -103,6 +103,9 @@ def test_a_diverged_megatron_run_says_so():
     record = parse_log((LOGS / "megatron_deepspeed_grad_norm_nan.log").read_text())
     assert record["extra"]["non_finite_steps"] == 3 and record["extra"]["first_non_finite_step"] == 5426
     assert "last_loss" not in record["extra"]
+    # its last logged step is still NaN: a diverged run (DESIGN §6), its throughput kept
+    assert (record["status"], record["error_class"]) == ("failed", "divergence")
+    assert "step 5428" in record["error_message"] and record["tflops_per_gpu"] > 0
 
 
 def test_last_loss_is_the_last_steps_not_an_earlier_one():
@@ -211,6 +214,8 @@ def test_a_restarted_megatron_log_reports_its_last_line_not_the_first_attempt():
     extra = logs.parse_log(text)["extra"]
     assert extra["last_step"] == 80 and "last_loss" not in extra
     assert extra["non_finite_steps"] == 1 and extra["first_non_finite_step"] == 80
+    recovered = logs.parse_log("\n".join([line(i) for i in range(10, 61, 10)] + [line(70, nan=True), line(80)]))
+    assert recovered["status"] == "success" and recovered["extra"]["non_finite_steps"] == 1  # a skipped step
 
 
 def test_a_device_index_is_not_a_gpu_type():

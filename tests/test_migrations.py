@@ -213,8 +213,8 @@ def test_database_filled_at_earlier_revision_upgrades_intact(empty_url, revision
         assert _snapshot(db, columns) == before
         with db.engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM api_tokens")).scalar() == 1
-        assert "run_configs_state" not in sa.inspect(db.engine).get_table_names()  # 0006 (run_configs: 0013)
-        with db.session() as session:  # 0013 filled the summary from the runs stored
+        assert "run_configs_state" not in sa.inspect(db.engine).get_table_names()  # 0006 (run_configs: 0017)
+        with db.session() as session:  # 0017 filled the summary from the runs stored
             assert run_configs.stored(session) == run_configs.recompute(session)
         # and the upgraded database takes new runs through today's code
         with db.session(write=True) as session:
@@ -299,12 +299,12 @@ def test_recommender_indexes_follow_its_group_by_keys():
     """ix_runs_oom (PostgreSQL) is keyed by the GROUP BY key of the query it serves, in its order (what
     lets PostgreSQL group the index entries without sorting); run_configs has the configuration
     columns of the throughput fit's GROUP BY key (ix_runs_config, which served that aggregate per
-    request, went with 0013)."""
+    request, went with 0017)."""
     from service.analytics import throughput as th
     from service.tables import Run, RunConfig
 
-    indexes = {ix.name: [c.name for c in ix.expressions] for ix in Run.__table__.indexes}
-    assert "ix_runs_config" not in indexes
+    assert "ix_runs_config" not in {ix.name for ix in Run.__table__.indexes}
+    indexes = {ix.name: [c.name for c in ix.expressions] for ix in Run.__table__.indexes if ix.name == "ix_runs_oom"}
     assert indexes["ix_runs_oom"] == ["gpu_type", "model_size_class", "seq_len", "dp", "tp", "pp", "cp",
                                       "zero_stage", "micro_batch_size", "recompute"]
     assert [c.name for c in RunConfig.__table__.columns][1:1 + len(th.CONFIG_COLS)] == list(th.CONFIG_COLS)
@@ -362,5 +362,44 @@ def test_0012_gated_linear_unit_backfills_nanotron_rows_and_downgrades(empty_url
         assert "gated_linear_unit" not in cols
         with db.engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM runs")).scalar() == 6
+    finally:
+        db.dispose()
+
+
+def test_0015_relabels_stored_runs_with_the_new_failure_classes(empty_url):
+    """0015 (issue 27): stored runs whose message is a host OOM kill, a divergence, a refused layout or a
+    lost node take the new class (status unchanged); other runs keep theirs; the downgrade maps back."""
+    db = Database(empty_url)
+    try:
+        db.upgrade("0014")
+        base = _insert_runs(db, 1, seed=14)[0]
+        cases = {  # run_key: (status, class before, message, class after)
+            "host": ("oom", "oom_gpu", "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=9411285.0.",
+                     "oom_host"),
+            "gpu": ("oom", "oom_gpu", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                    "oom_gpu"),
+            "scale": ("failed", "unknown", "Exception: Current loss scale already at minimum - cannot decrease "
+                      "scale anymore. Exiting run.", "divergence"),
+            "layout": ("failed", "unknown", "AssertionError: 96 is not divisible by 64", "invalid_config"),
+            "node": ("failed", "scheduler_cancelled", "slurmstepd: error: *** JOB 313 ON hgx-17 CANCELLED AT "
+                     "2025-01-20T17:45:02 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", "node_failure"),
+            "other": ("failed", "unknown", "ValueError: something else", "unknown"),
+        }
+        table = sa.Table("runs", sa.MetaData(), autoload_with=db.engine)
+        rows = [{**base, "run_key": key, "status": status, "error_class": before, "error_message": message}
+                for key, (status, before, message, _) in cases.items()]
+        with db.engine.begin() as conn:
+            conn.execute(table.delete())
+            conn.execute(table.insert(), rows)
+        db.upgrade("0015")
+        with db.engine.connect() as conn:
+            got = {k: (s, c) for k, s, c in conn.execute(sa.text("SELECT run_key, status, error_class FROM runs"))}
+        assert got == {key: (status, after) for key, (status, _, _, after) in cases.items()}
+        db.dispose()
+        command.downgrade(alembic_config(empty_url), "0014")
+        db = Database(empty_url)
+        with db.engine.connect() as conn:
+            back = dict(conn.execute(sa.text("SELECT run_key, error_class FROM runs")).all())
+        assert back == {key: before for key, (_, before, _, _) in cases.items()}
     finally:
         db.dispose()

@@ -24,13 +24,13 @@ from service.schemas import RunIn, RunOut
 from service.tables import Run
 
 #: REPORTED_FIELDS' type letters as Python types (pydantic) and as SQL column types
-PY_TYPES = {"s": str, "i": int, "f": float, "b": bool, "t": datetime.datetime, "j": dict}
+PY_TYPES = {"s": str, "i": int, "f": float, "b": bool, "t": datetime.datetime, "j": dict, "l": list}
 SQL_TYPES = {"s": (sa.String, sa.Text), "i": (sa.Integer, sa.BigInteger), "f": (sa.Double, sa.Float),
-             "b": (sa.Boolean,), "t": (sa.DateTime,), "j": (sa.JSON,)}
+             "b": (sa.Boolean,), "t": (sa.DateTime,), "j": (sa.JSON,), "l": (sa.JSON,)}
 #: columns that are neither reported nor derived: server bookkeeping, retirement, and the recorded
 #: bandwidths copied out of extra for the throughput fit (not part of the wire record)
 BOOKKEEPING = {"id", "content_hash", "ingested_at", "retired_at", "retired_reason", "allreduce_gb_s",
-               "ar_intra_node_gb_s"}
+               "ar_intra_node_gb_s", "last_heartbeat_at"}
 
 
 def _base_type(annotation: object) -> object:

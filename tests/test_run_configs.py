@@ -1,5 +1,5 @@
 """run_configs, the per-configuration summary kept in the write transaction (service/run_configs.py,
-migration 0013; issue 25 item 4), on both backends: after every write path — batches, single runs, a
+migration 0017; issue 25 item 4), on both backends: after every write path — batches, single runs, a
 resend, retire, un-retire, delete, concurrent writers — it equals a recompute from `runs`, and the
 recommender reads the same rows from it as from the per-request aggregate it replaces."""
 
@@ -166,7 +166,7 @@ def test_rebuild_configs_command(database, synthetic, db_url, monkeypatch):
 
 
 def test_python_and_sql_keys_agree(database, synthetic):
-    """key_of (the DuckDB insert path's key) == KEY_SQL (refresh, rebuild, migration 0013, PostgreSQL's
+    """key_of (the DuckDB insert path's key) == KEY_SQL (refresh, rebuild, migration 0017, PostgreSQL's
     insert path) for every configuration stored, and for the values whose text differs between the
     backends (a whole float: PostgreSQL 470, DuckDB 470.0; booleans; NULLs)."""
     store.ingest(database, synthetic)
@@ -177,3 +177,18 @@ def test_python_and_sql_keys_agree(database, synthetic):
         rows = s.execute(sa.text(f"SELECT DISTINCT {run_configs.KEY_SQL}, {cols} FROM runs")).all()
     assert len(rows) > 50
     assert [run_configs.key_of(tuple(r[1:])) for r in rows] == [r[0] for r in rows]
+
+
+def test_an_open_run_enters_when_it_finishes(database, synthetic):
+    """A `running` run is in no summary row; finished as a success (the same run_key, DESIGN §9) it
+    enters its configuration's."""
+    done = next(r for r in synthetic if r["status"] == "success" and r.get("precision") and r.get("micro_batch_size")
+                and r.get("grad_accum_steps"))
+    opening = {k: v for k, v in done.items()
+               if k not in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu", "hfu", "step_time_s",
+                            "peak_memory_gib")}
+    store.ingest(database, [{**opening, "status": "running"}])
+    with database.session() as s:
+        assert run_configs.stored(s) == {}
+    store.ingest(database, [done])
+    assert len(assert_summary_is_recompute(database)) == 1

@@ -32,6 +32,7 @@ from core.record import (
     REPORTED_FIELDS,
     STATUSES,
     parse_param_count,
+    parse_tags,
     scale_count,
 )
 from core.record import parse_bool as bool_value
@@ -404,10 +405,12 @@ def coerce_defaults(defaults: Mapping[str, Any]) -> dict[str, Any]:
                     raise RowError("not finite")
             elif kind == "b":
                 value = bool_value(key, value)
+            elif kind == "l":
+                value = parse_tags(value)
             else:
                 value = str(value).strip()
         except (RowError, TypeError, ValueError):
-            kind_name = {"i": "an integer", "f": "a number", "b": "true or false"}[kind]
+            kind_name = {"i": "an integer", "f": "a number", "b": "true or false", "l": "a list of tags"}[kind]
             raise ValueError(f"default {key}={value!r} is not {kind_name}") from None
         if key == "status" and value not in STATUSES:
             raise ValueError(f"default status={value!r} is not one of {STATUSES}")

@@ -35,6 +35,7 @@ import re
 from typing import Any
 
 from core.record import scale_count
+from ingest.parsers.log_config import config_facts
 
 __all__ = ["log_facts"]
 
@@ -151,8 +152,15 @@ def log_facts(text: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     f.put("nccl_version", set(re.findall(r"NCCL version (\d+\.\d+\.\d+)", text)))
     f.put("torch_version", set(re.findall(r"\b(?:torch|PyTorch) version[ .:]*\s(\d+\.\d+\.\d+[\w.+]*)", text)))
     f.put("cuda_version", set(re.findall(r"\bCUDA (?:version|Version)[ .:]*\s(\d+\.\d+)\b", text)))
-    if re.search(r"\bdtype=bfloat16\b|--bf16\b|\bbf16: True\b|\bprecision[=:]\s*['\"]?bf16", text):
+    if re.search(r"\bdtype=bfloat16\b|--bf16\b(?![ =]+False)|\bbf16: True\b|\bprecision[=:]\s*['\"]?bf16", text):
         f.put("precision", {"bf16"})
+    # torchtitan's trainer line: "local batch size 1, global batch size 8, gradient accumulation steps 1,
+    # sequence length 8192" (older: "Training starts at step 1, with local batch size 5, ...")
+    f.put("micro_batch_size", _ints(r"\blocal batch size (\d+)", text))
+    f.put("grad_accum_steps", _ints(r"\bgradient accumulation steps (\d+)", text))
+    if re.search(r"--standalone\b", text) and re.search(r"\btorchrun\b|torch\.distributed\.run\b", text):
+        f.put("nodes", {1})  # torchrun --standalone: a single-node rendezvous
+    config_facts(text.splitlines(), f.put)
     if f.conflicts:
         extra["conflicting_facts"] = f.conflicts
     return f.fields, extra, f.derived

@@ -6,6 +6,15 @@ Accelerate, DeepSpeed flops profiler (:mod:`ingest.parsers.log_formats`), and to
 failures (:mod:`ingest.classify`). Configuration facts any log prints (launcher lines, parallel
 sizes, device names, parameter counts, versions) come from :mod:`ingest.parsers.log_facts`.
 
+Whatever the format, every line first loses its prefixes (ranks, srun labels, timestamps, logger
+headers, issue quotes, container/cloud-logging headers, ANSI) and is read by the generic reader
+(:mod:`ingest.parsers.log_reader`): ``key: value``, ``key=value``, ``| key value |`` and JSON/dict
+lines, metric names mapped through one table of synonyms with their units; configuration comes from
+launcher command lines and config dumps (:mod:`ingest.parsers.log_config`). The format extractors below
+win where they read a metric; the generic reader fills in what they leave out, and reads logs of
+frameworks without an extractor (OLMo, Composer/llm-foundry, NeMo 1.x DLLogger, picotron, torchtune,
+nanoGPT, LitGPT, Hugging Face metric blocks, DeepSpeed engine timers).
+
 Standard library only. :func:`parse_log` reads a whole log (all ranks, stdout and stderr together
 is fine) and returns ONE run-record dict whose keys are those of
 :data:`core.record.REPORTED_FIELDS`; keys the log says nothing about are left out.
@@ -64,14 +73,18 @@ Reduction rules
 * Megatron prints no tokens/s: ``tokens_per_sec_per_gpu = global batch size x seq_len / step time
   / world_size`` when seq_len and world size are known (from its argument dump or from ``fields``).
 * Status: the root cause's status when the log shows a failure (a run may fail after logging
-  throughput: the numbers are kept), else ``success`` when training records were seen. A log with
-  neither is refused (:class:`LogNotRecognised`): nothing is guessed.
+  throughput: the numbers are kept), else ``success`` when the log states a measurement (tokens/s,
+  TFLOP/s, MFU, step time or samples/s). A log with neither is refused (:class:`LogNotRecognised`,
+  whose message says what was looked for): nothing is guessed. Samples/s and tokens/s that the log
+  does not give per GPU stay in ``extra`` (the whole job's, or a scope it does not state).
 * Loss: ``extra.last_loss`` is the loss printed for the last logged step, or absent when that step
   printed none. Steps whose loss or grad norm was NaN/inf (Megatron: ``grad norm: nan`` or ``number
   of nan iterations: N`` > 0 -- it omits a NaN ``lm loss`` from the line) are counted, as logged
   steps (one Megatron line covers its log interval), in ``extra.non_finite_steps`` /
-  ``extra.first_non_finite_step``; a diverged run that kept running is
-  not a failure in the taxonomy, its status stays what the log shows.
+  ``extra.first_non_finite_step``. A run whose LAST logged step is non-finite diverged: ``status =
+  failed``, ``error_class = divergence`` (DESIGN §6), unless the log shows a more specific failure than
+  a symptom (``child_process_failed``, ``unknown``); a run that recovered from a non-finite step (fp16
+  loss scaling skips such steps) keeps the status its log shows.
 * Never a guess: a parallel degree the log does not state is left out (the server derives it only
   where ``tp·pp·cp·dp = world_size`` determines it). Values computed here from printed numbers
   (tokens/s/GPU from batch x sequence / step time / world size; nodes from torchrun's default) are
@@ -85,10 +98,11 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from core.record import ALIASES, COUNT_SUFFIXES, REPORTED_FIELDS
-from ingest.classify import classify_text
-from ingest.parsers import log_formats
+from core.record import ALIASES, REPORTED_FIELDS
+from ingest.classify import SYMPTOMS, classify_text, status_for
+from ingest.parsers import log_formats, log_steps
 from ingest.parsers.log_facts import log_facts
+from ingest.parsers.log_reader import clean_lines, generic_records
 
 __all__ = ["FORMATS", "FRAMEWORK", "LogNotRecognised", "WARMUP_RECORDS", "detect_format", "parse_log"]
 
@@ -101,8 +115,9 @@ FRAMEWORK = {"nanotron": "nanotron", "megatron": "megatron-lm", "megatron-deepsp
              "torchtitan": "torchtitan", "nemo": "nemo", "maxtext": "maxtext", "mmengine": "mmengine",
              "hf-trainer": "hf-transformers", "deepspeed": "deepspeed"}
 #: What a log must show to be imported (the refusal message names it).
-LOOKED_FOR = ("training-step lines of a known format (" + ", ".join(FORMATS[:-1]) + ") or a failure line "
-              "(CUDA/NCCL/torch.distributed errors, OOM, Slurm time limit or cancellation)")
+LOOKED_FOR = ("training metrics (tokens/s, TFLOP/s, MFU, step time or samples/s under any of the names of "
+              "ingest.parsers.log_reader.METRICS; formats " + ", ".join(FORMATS[:-1]) + ") or a failure line "
+              "(CUDA/NCCL/torch.distributed errors, OOM, divergence, Slurm time limit, node failure)")
 
 
 class LogNotRecognised(ValueError):
@@ -115,278 +130,28 @@ MAX_MESSAGE = 2000
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 
-# (No leading \b: a pattern that starts with a literal is searched much faster by `re`.)
-_NANOTRON_ITER = re.compile(r"iteration: (\d+) / (\d+) \|(.*)$", re.M)
-_MEGATRON_ITER = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|(.*)$", re.M)
-_TITAN_STEP = re.compile(r"step:(?<!validate step:)(?<!validation step:)\s*(\d+)\s+loss:\s*(\S+)(.*)$", re.M)
-
-_UNITS_GIB = {"kib": 2.0**-20, "kb": 2.0**-20, "mib": 2.0**-10, "mb": 2.0**-10, "gib": 1.0, "gb": 1.0}
-
-
-def _human(value: str) -> float | None:
-    """nanotron's ``human_format`` back to a number: '3.27K' -> 3270.0, '1.87e-05' -> 1.87e-05."""
-    m = re.fullmatch(rf"\s*({_NUM})\s*([KMBGTPE]?)\s*", value)
-    return float(m.group(1)) * COUNT_SUFFIXES[m.group(2)] if m else None
-
-
-def _number(value: str) -> float | None:
-    """'5,762' -> 5762.0, '30.35%' -> 30.35, junk -> None."""
-    m = re.fullmatch(rf"\s*({_NUM})\s*%?\s*", value.replace(",", ""))
-    return float(m.group(1)) if m else None
-
-
-def _to_gib(value: float, unit: str) -> float:
-    """Convert ``value`` in ``unit`` (MiB, MB, GiB, ...) to GiB, rounded to 4 decimals."""
-    return round(value * _UNITS_GIB[unit.lower()], 4)
-
-
-def _non_finite(*values: str | None) -> bool:
-    """Whether any printed value is NaN or infinite ('nan', 'inf', '-inf', 'nan.0')."""
-    return any(v is not None and re.fullmatch(r"\s*[-+]?(?:nan|inf)(?:\.0)?\s*", v, re.I) is not None
-               for v in values)
-
-
-def _max(values: list[float]) -> float | None:
-    return max(values) if values else None
-
-
 def detect_format(text: str) -> str:
     """'nanotron', 'megatron', 'torchtitan' (whichever training-record line occurs most), or
     'unknown' when the log has none of them (e.g. a torchrun/Slurm stderr file)."""
     clean = _ANSI.sub("", text)
-    megatron = [m.group(3) for m in _MEGATRON_ITER.finditer(clean) if "elapsed time per iteration" in m.group(3)]
+    megatron = [m.group(3) for m in log_steps.MEGATRON_ITER.finditer(clean)
+                if "elapsed time per iteration" in m.group(3)]
     fork = sum(1 for body in megatron if "tokens per gpu per second" in body or "TFLOPs:" in body)
     counts = {
-        "nanotron": len(_NANOTRON_ITER.findall(clean)),
+        "nanotron": len(log_steps.NANOTRON_ITER.findall(clean)),
         "megatron-deepspeed" if fork * 2 > len(megatron) else "megatron": len(megatron),
-        "torchtitan": len(_TITAN_STEP.findall(clean)),
+        "torchtitan": len(log_steps.TITAN_STEP.findall(clean)),
     }
     counts.update({name: count(clean) for name, count in log_formats.COUNTERS.items()})
     best = max(counts, key=lambda k: counts[k])
     return best if counts[best] else "unknown"
 
 
-# --- per-format extraction ---------------------------------------------------------------------
-# Each returns (records, memory, config, extra): records are dicts with any of tokens_per_sec_per_gpu,
-# tflops_per_gpu, mfu, step_time_s (+ step, and raw extras); memory has peak/reserved GiB.
-
-
-def _nanotron(text: str) -> tuple[list[dict], dict, dict, dict]:
-    records = []
-    for m in _NANOTRON_ITER.finditer(text):
-        raw = log_formats.pipe_pairs(m.group(3))
-        kv = {k: _human(v) for k, v in raw.items()}
-        ms = kv.get("elapsed_time_per_iteration_ms", kv.get("time_per_iteration_ms"))
-        records.append(
-            {
-                "step": int(m.group(1)),
-                "tokens_per_sec_per_gpu": kv.get("tokens_per_sec_per_gpu"),
-                "tflops_per_gpu": kv.get("model_tflops_per_gpu"),
-                "step_time_s": ms / 1000.0 if ms is not None else None,
-                "hardware_tflops_per_gpu": kv.get("hardware_tflops_per_gpu"),
-                "loss": kv.get("lm_loss"),
-                "max_reserved_bytes": kv.get("cuda_max_memory_reserved"),
-                "non_finite": _non_finite(raw.get("lm_loss"), raw.get("grad_norm")),
-            }
-        )
-    unit = r"\s*([KMG]i?B)"
-    peak = [_to_gib(float(v), u) for v, u in re.findall(rf"[Pp]eak[ _]allocated:?\s*({_NUM}){unit}", text)]
-    res = [_to_gib(float(v), u) for v, u in re.findall(rf"[Pp]eak[ _]reserved:?\s*({_NUM}){unit}", text)]
-    if not res:  # iteration lines may carry cuda_max_memory_reserved in bytes (human_format)
-        res = [round(r["max_reserved_bytes"] / 2**30, 4) for r in records if r["max_reserved_bytes"]]
-    memory = {"peak": _max(peak), "reserved": _max(res)}
-
-    config: dict[str, Any] = {}
-    start = re.search(r"\bmbs: \d+ \|.*$", text, re.M)
-    if start:
-        kv = {k: _number(v) for k, v in log_formats.pipe_pairs(start.group(0)).items()}
-        mbs, gas, seq, gbs = (kv.get(k) for k in ("mbs", "grad_accum", "sequence_length", "global_batch_size"))
-        config.update(micro_batch_size=mbs, grad_accum_steps=gas, seq_len=seq)
-        if gbs and seq:
-            config["global_batch_tokens"] = gbs * seq  # nanotron's global_batch_size is in samples
-
-    def window(anchor: str, keys: dict[str, str]) -> None:
-        at = text.find(anchor)
-        if at < 0:
-            return
-        chunk = text[at : at + 6000]
-        for name, field in keys.items():
-            m = re.search(rf"\b{name}=(\d+)\b", chunk)
-            if m and config.get(field) is None:
-                config[field] = int(m.group(1))
-
-    window("ParallelismArgs(", {"dp": "dp", "pp": "pp", "tp": "tp",
-                                "context_parallel_size": "cp", "expert_parallel_size": "ep"})
-    # nanotron's world is dp x tp x pp x cp (left out when expert parallelism is on: not checked)
-    if all(config.get(k) for k in ("dp", "tp", "pp")) and (config.get("ep") or 1) == 1:
-        config["world_size"] = config["dp"] * config["tp"] * config["pp"] * (config.get("cp") or 1)
-    window("OptimizerArgs(", {"zero_stage": "zero_stage"})
-    window("TokensArgs(", {"sequence_length": "seq_len", "micro_batch_size": "micro_batch_size",
-                           "batch_accumulation_per_replica": "grad_accum_steps"})
-    found = re.search(r"\b\w+Config\((?=[^)]*hidden_size=)", text)
-    if found:
-        window(found.group(0), {"hidden_size": "hidden_size", "num_hidden_layers": "num_layers",
-                            "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
-                            "intermediate_size": "ffn_hidden_size", "vocab_size": "vocab_size"})
-    return records, memory, config, {}
-
-
-# megatron/training/arguments.py _print_args: "  seq_length ........ 4096" (optional srun -l label)
-_MEGATRON_ARG = re.compile(r"^[ \t]*(?:\d+:[ \t]*)?([a-z_][a-z0-9_]*) \.{3,} (\S[^\n]*?)[ \t]*$", re.M)
-_MEGATRON_ARGS = {
-    "tensor_model_parallel_size": "tp",
-    "pipeline_model_parallel_size": "pp",
-    "context_parallel_size": "cp",
-    "expert_model_parallel_size": "ep",
-    "data_parallel_size": "dp",
-    "world_size": "world_size",
-    "micro_batch_size": "micro_batch_size",
-    "seq_length": "seq_len",
-    "num_layers": "num_layers",
-    "hidden_size": "hidden_size",
-    "num_attention_heads": "num_heads",
-    "ffn_hidden_size": "ffn_hidden_size",
-    "padded_vocab_size": "vocab_size",
-}
-
-
-def _megatron(text: str) -> tuple[list[dict], dict, dict, dict]:
-    args = dict(_MEGATRON_ARG.findall(text))
-    config: dict[str, Any] = {}
-    for name, field in _MEGATRON_ARGS.items():
-        if re.fullmatch(r"\d+", args.get(name, "")):
-            config[field] = int(args[name])
-    if args.get("num_query_groups", "").isdigit() and args.get("group_query_attention") == "True":
-        config["num_kv_heads"] = int(args["num_query_groups"])
-    elif args.get("group_query_attention") == "False" and "num_heads" in config:
-        config["num_kv_heads"] = config["num_heads"]
-    if args.get("recompute_granularity") in ("None", "selective", "full"):
-        config["recompute"] = {"None": "none"}.get(args["recompute_granularity"], args["recompute_granularity"])
-    if args.get("fp8") not in (None, "None"):
-        config["precision"] = "fp8"
-    elif args.get("bf16") == "True":
-        config["precision"] = "bf16"
-    elif args.get("fp16") == "True":
-        config["precision"] = "fp16"
-    if args.get("use_distributed_optimizer") in ("True", "False"):
-        config["zero_stage"] = 1 if args["use_distributed_optimizer"] == "True" else 0
-    gbs_arg = args.get("global_batch_size", "")
-    if gbs_arg.isdigit() and "seq_len" in config:
-        config["global_batch_tokens"] = int(gbs_arg) * config["seq_len"]
-    if gbs_arg.isdigit() and {"micro_batch_size", "dp"} <= config.keys():
-        gas, rem = divmod(int(gbs_arg), config["micro_batch_size"] * config["dp"])
-        if gas and not rem:
-            config["grad_accum_steps"] = gas
-
-    records = []
-    for m in _MEGATRON_ITER.finditer(text):
-        kv = log_formats.pipe_pairs(m.group(3))
-        if "elapsed time per iteration (ms)" not in kv:
-            continue
-        ms = _number(kv["elapsed time per iteration (ms)"])
-        tflops = kv.get("throughput per GPU (TFLOP/s/GPU)", kv.get("TFLOPs", ""))  # forks print "TFLOPs"
-        records.append(
-            {
-                "step": int(m.group(1)),
-                "tflops_per_gpu": _number(tflops),
-                "tokens_per_sec_per_gpu": _number(kv.get("tokens per gpu per second (tgs)", "")),
-                "step_time_s": ms / 1000.0 if ms is not None else None,
-                "global_batch_size": _number(kv.get("global batch size", "")),
-                "loss": _number(kv.get("lm loss", "")),
-                # Megatron leaves a NaN loss out of the line (it prints only averages > 0), so a
-                # non-finite grad norm or a nonzero "number of nan iterations" is what shows it
-                "non_finite": _non_finite(kv.get("lm loss"), kv.get("grad norm"))
-                or (_number(kv.get("number of nan iterations", "")) or 0) > 0,
-            }
-        )
-        seqlen = _number(kv.get("actual seqlen", ""))  # Megatron-DeepSpeed
-        if seqlen and "seq_len" not in config:
-            config["seq_len"] = int(seqlen)
-    mem = re.findall(
-        rf"memory \(MB\) \| allocated: ({_NUM}) \| max allocated: ({_NUM}) \| "
-        rf"(?:reserved|cached): ({_NUM}) \| max (?:reserved|cached): ({_NUM})",
-        text,
-    )
-    # DeepSpeed's timer: MaxMemAllocated=19.52GB is torch.cuda.max_memory_allocated() / 2**30
-    ds_peak = [float(v) for v in re.findall(rf"MaxMemAllocated=({_NUM})GB", text)]
-    memory = {
-        "peak": _max([_to_gib(float(m[1]), "MiB") for m in mem] + ds_peak),
-        "reserved": _max([_to_gib(float(m[3]), "MiB") for m in mem]),
-    }
-    return records, memory, config, {}
-
-
-def _torchtitan(text: str) -> tuple[list[dict], dict, dict, dict]:
-    records, reserved = [], []
-    for m in _TITAN_STEP.finditer(text):
-        rest = m.group(3)
-
-        def grab(pattern: str, rest: str = rest) -> float | None:
-            hit = re.search(pattern, rest)
-            return _number(hit.group(1)) if hit else None
-
-        mem = re.search(rf"memory:\s*({_NUM})\s*(GiB|GB|MiB)", rest)
-        if mem:
-            reserved.append(_to_gib(float(mem.group(1)), mem.group(2)))
-        mfu = grab(rf"mfu:\s*({_NUM})%")
-        step_time = grab(rf"elapsed_time_per_step:\s*({_NUM})s")
-        records.append(
-            {
-                "step": int(m.group(1)),
-                "tokens_per_sec_per_gpu": grab(r"tps:\s*([\d,]+(?:\.\d+)?)"),
-                "tflops_per_gpu": grab(r"tflops:\s*([\d,]+(?:\.\d+)?)"),
-                "mfu": mfu / 100.0 if mfu is not None else None,
-                "step_time_s": step_time,
-                "loss": _number(m.group(2)),
-                "non_finite": _non_finite(m.group(2), (re.findall(r"grad_norm:\s*(\S+)", rest) or [None])[0]),
-            }
-        )
-    config: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
-    found = re.search(r"size:\s*([\d,]+) total parameters", text)
-    if found:
-        config["model_params"] = int(found.group(1).replace(",", ""))
-    found = re.search(r"sequence length (\d+)", text)
-    if found:
-        config["seq_len"] = int(found.group(1))
-        g = re.search(r"global batch size (\d+)", text)
-        if g:
-            config["global_batch_tokens"] = int(g.group(1)) * config["seq_len"]
-    found = re.search(r"Building \d+-D device mesh with \[([^\]]*)\], \[([\d,\s]*)\]", text)
-    if found:
-        names = re.findall(r"'(\w+)'", found.group(1))
-        sizes = [int(s) for s in re.findall(r"\d+", found.group(2))]
-        dims = dict(zip(names, sizes))
-        extra["device_mesh"] = dims
-        # Only a mesh of the usual disjoint dimensions says what dp/tp/pp/cp and the world are.
-        if dims and set(dims) <= {"dp", "dp_shard", "dp_replicate", "tp", "pp", "cp"}:
-            config["dp"] = dims.get("dp", 1) * dims.get("dp_shard", 1) * dims.get("dp_replicate", 1)
-            for name in ("tp", "pp", "cp"):
-                if name in dims:
-                    config[name] = dims[name]
-            world = 1
-            for size in dims.values():
-                world *= size
-            config["world_size"] = world
-    fallback = re.search(r"Peak flops undefined for:? *([^\n]*)", text)
-    if fallback and any(r["mfu"] is not None for r in records):
-        for r in records:
-            r["mfu"] = None
-        peak = re.search(rf"Peak FLOPS used for computing MFU: ({_NUM})", text)
-        extra["mfu_not_kept"] = (f"torchtitan divided by a peak it assumed ('Peak flops undefined for: "
-                                 f"{fallback.group(1).strip()}'"
-                                 + (f"; peak used {float(peak.group(1)):.4g} FLOP/s" if peak else "") + ")")
-    memory = {"peak": _max(reserved), "reserved": _max(reserved)}
-    if reserved:
-        extra["peak_memory_is_reserved"] = True
-    return records, memory, config, extra
-
-
 _EXTRACTORS: dict[str, Callable[[str], tuple[list[dict], dict, dict, dict]]] = {
-    "nanotron": _nanotron,
-    "megatron": _megatron,
-    "megatron-deepspeed": _megatron,
-    "torchtitan": _torchtitan,
+    "nanotron": log_steps.nanotron,
+    "megatron": log_steps.megatron,
+    "megatron-deepspeed": log_steps.megatron,
+    "torchtitan": log_steps.torchtitan,
     **log_formats.EXTRACTORS,
 }
 
@@ -414,100 +179,184 @@ def _median(records: list[dict], key: str) -> float | None:
 def parse_log(text: str, log_format: str | None = None, **fields: Any) -> dict[str, Any]:
     """One run record from one training log; ``fields`` (user-supplied run fields, aliases
     accepted) override what the log says; ``log_format`` (one of :data:`FORMATS`) skips detection.
-    See the module docstring for the rules.
+    See the module docstring for the rules. Phases: :func:`_read` (prefixes off, format),
+    :func:`_stated` (configuration facts), :func:`_steps` (step records: the format's extractor, then
+    the generic reader for what it leaves out), :func:`_reduce` (warm-up, medians, memory),
+    :func:`_derive` (tokens/s/GPU from batch and step time), :func:`_outcome` (failure, divergence,
+    success or refusal), :func:`_finish` (the user's fields, extra).
 
-    Raises :class:`LogNotRecognised` (a ValueError) when the log has no training records and no
-    recognised failure, ValueError for an unknown field or format name."""
+    Raises :class:`LogNotRecognised` (a ValueError) when the log states neither a throughput nor a
+    failure, ValueError for an unknown field or format name."""
     user = _normalise_fields(fields)
-    clean = _ANSI.sub("", text)
+    raw, lines, fmt = _read(text, log_format)
+    clean = "\n".join(lines)
+    record, extra, derived = _stated(clean, fmt)
+    steps, generic, memory = _steps(fmt, clean, lines, record, extra, derived)
+    used = _reduce(steps, generic, memory, record, extra)
+    measured = _derive(used, user, record, extra, derived)
+    _outcome(raw, used, measured, record, extra)
+    return _finish(record, extra, derived, user)
+
+
+def _read(text: str, log_format: str | None) -> tuple[str, list[str], str]:
+    """(ANSI-free text for the classifier, cleaned lines for the readers, format)."""
     if log_format is not None and log_format not in FORMATS:
         raise ValueError(f"unknown log format {log_format!r}; one of {', '.join(FORMATS)}")
-    fmt = log_format or detect_format(clean)
+    raw = _ANSI.sub("", text)
+    lines = clean_lines(raw)
+    return raw, lines, log_format or detect_format("\n".join(lines))
+
+
+def _stated(clean: str, fmt: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """The record's start: what the log states of its configuration (log_facts, log_config)."""
     record: dict[str, Any] = {"source": "log"}
     extra: dict[str, Any] = {"log_format": fmt}
     facts, facts_extra, derived = log_facts(clean)
+    samples = facts.pop("global_batch_samples", None)
     record.update(facts)
     extra.update(facts_extra)
-    records: list[dict] = []
+    if samples is not None:
+        extra["global_batch_samples"] = samples
+        if "seq_len" in facts and "global_batch_tokens" not in facts:
+            record["global_batch_tokens"] = samples * facts["seq_len"]
     if fmt in _EXTRACTORS:
         record["framework"] = FRAMEWORK[fmt]
+    return record, extra, derived
+
+
+def _steps(fmt: str, clean: str, lines: list[str], record: dict[str, Any], extra: dict[str, Any],
+           derived: list[str]) -> tuple[list[dict], list[dict], dict[str, float | None]]:
+    """(the format extractor's records, the generic reader's records, memory peaks in GiB). The
+    extractor's configuration wins over a launcher line (a disagreement is kept in extra); its memory
+    over the generic reader's."""
+    records: list[dict] = []
+    memory: dict[str, float | None] = {"peak": None, "reserved": None}
+    if fmt in _EXTRACTORS:
         records, memory, config, fmt_extra = _EXTRACTORS[fmt](clean)
         for key, value in config.items():
             if value is None:
                 continue
             value = int(value) if isinstance(value, float) and value.is_integer() else value
-            if key in facts and facts[key] != value:
-                extra.setdefault("conflicting_facts", {})[key] = [facts[key], value]
-            record[key] = value  # the framework's own statement wins over a launcher line
+            if key in record and key != "source" and record[key] != value:
+                extra.setdefault("conflicting_facts", {})[key] = [record[key], value]
+            record[key] = value
             if key in derived:
                 derived.remove(key)
         extra.update(fmt_extra)
-        if memory["peak"] is not None:
-            record["peak_memory_gib"] = memory["peak"]
-        if memory["reserved"] is not None:
-            record["reserved_memory_gib"] = memory["reserved"]
+    generic, generic_memory = generic_records(lines)
+    if "mfu_not_kept" in extra:  # the extractor left MFU out on purpose (an assumed peak)
+        for r in generic:
+            r.pop("mfu", None)
+    memory = {k: memory[k] if memory[k] is not None else generic_memory[k] for k in memory}
+    return records, generic, memory
 
-    # Warm-up is counted in distinct steps: without --local-ranks-filter every rank prints its line.
+
+def _steady(records: list[dict]) -> tuple[list[dict], list, int]:
+    """(records after warm-up, distinct steps, steps skipped): the first min(3, n // 2) of n distinct
+    logged steps are warm-up (without --local-ranks-filter every rank prints its line)."""
     steps = list(dict.fromkeys(r["step"] for r in records))
     skip = min(WARMUP_RECORDS, len(steps) // 2)
     warmup = set(steps[:skip])
-    steady = [r for r in records if r["step"] not in warmup]
-    # Frameworks that print batch size and step time (or samples/s) but no tokens/s per GPU:
-    # tokens/s/GPU = global batch (samples) x seq_len / step time / world size, or
-    # samples/s x seq_len / world size -- only when seq_len and the world size are known.
+    return [r for r in records if r["step"] not in warmup], steps, skip
+
+
+def _reduce(steps: list[dict], generic: list[dict], memory: dict[str, float | None], record: dict[str, Any],
+            extra: dict[str, Any]) -> list[dict]:
+    """Medians of the steady records into ``record`` (per metric: the extractor's records when they
+    have it, else the generic reader's), memory peaks, loss and non-finite steps. Returns the step
+    records that describe the run (the extractor's, else the generic reader's)."""
+    used = steps or generic
+    steady_fmt, _, _ = _steady(steps)
+    steady_gen, _, _ = _steady(generic)
+    for key in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu", "step_time_s"):
+        value = _median(steady_fmt, key)
+        if value is None:
+            value = _median(steady_gen, key)
+        if value is not None:
+            record[key] = value
+    for key, name in (("samples_per_sec", "samples_per_sec"), ("tokens_per_sec", "tokens_per_sec"),
+                      ("hardware_tflops_per_gpu", "hardware_tflops_per_gpu")):
+        value = _median(steady_fmt, key)
+        value = value if value is not None else _median(steady_gen, key)
+        if value is not None:
+            extra[name] = value  # samples/s and tokens/s: the whole job (or a scope the log does not state)
+    if memory["peak"] is not None:
+        record["peak_memory_gib"] = memory["peak"]
+    if memory["reserved"] is not None:
+        record["reserved_memory_gib"] = memory["reserved"]
+    _losses(used, extra)
+    return used
+
+
+def _losses(records: list[dict], extra: dict[str, Any]) -> None:
+    """Steps logged, the last step's loss and the non-finite steps into ``extra`` (module docstring)."""
+    if not records:
+        return
+    _, steps, skip = _steady(records)
+    named = [s for s in steps if s >= 0]
+    extra.update(steps_logged=len(steps), warmup_steps_skipped=skip)
+    if named:
+        extra.update(first_step=named[0], last_step=records[-1]["step"] if records[-1]["step"] >= 0 else named[-1])
+    # the loss of the last logged step only: an earlier value would hide a loss that went NaN
+    # (Megatron then prints no "lm loss" at all) -- the trailing lines of that step (one per rank),
+    # not an earlier attempt's line of the same step number
+    tail = _tail(records)
+    loss = [r["loss"] for r in tail if r.get("loss") is not None]
+    if loss:
+        extra["last_loss"] = loss[-1]
+    bad = list(dict.fromkeys(r["step"] for r in records if r.get("non_finite")))
+    if bad:
+        extra.update(non_finite_steps=len(bad))
+        if bad[0] >= 0:
+            extra["first_non_finite_step"] = bad[0]
+
+
+def _tail(records: list[dict]) -> list[dict]:
+    """The trailing records of the last logged step, in log order."""
+    tail: list[dict] = []
+    for r in reversed(records):
+        if r["step"] != records[-1]["step"]:
+            break
+        tail.append(r)
+    return tail[::-1]
+
+
+def _derive(used: list[dict], user: dict[str, Any], record: dict[str, Any], extra: dict[str, Any],
+            derived: list[str]) -> bool:
+    """tokens/s/GPU = global batch (samples) x seq_len / step time / world size, or samples/s x
+    seq_len / world size, for logs that print no tokens/s per GPU -- only when seq_len and the world
+    size are known. Returns whether the log states a measurement (throughput, TFLOP/s, MFU or step
+    time)."""
     seq = user.get("seq_len", record.get("seq_len"))
     world = user.get("world_size", record.get("world_size"))
     nodes, gpn = user.get("nodes", record.get("nodes")), user.get("gpus_per_node", record.get("gpus_per_node"))
     if world is None and nodes and gpn:
         world = nodes * gpn
-    computed = False
-    for r in records:
-        if r.get("tokens_per_sec_per_gpu") is not None or not (seq and world):
-            continue
-        if r.get("step_time_s") and r.get("global_batch_size"):
-            r["tokens_per_sec_per_gpu"] = r["global_batch_size"] * seq / r["step_time_s"] / world
-            computed = True
-        elif r.get("samples_per_sec"):
-            r["tokens_per_sec_per_gpu"] = r["samples_per_sec"] * seq / world
-            computed = True
-    for key in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu", "step_time_s"):
-        value = _median(steady, key)
-        if value is not None:
-            record[key] = value
-    if computed and "tokens_per_sec_per_gpu" in record:
-        derived.append("tokens_per_sec_per_gpu")
-    samples = _median(steady, "samples_per_sec")
-    if samples is not None:
-        extra["samples_per_sec"] = samples  # whole job, every process
-    hardware_tflops = _median(steady, "hardware_tflops_per_gpu")  # nanotron's HFU numerator
-    if hardware_tflops is not None:
-        extra["hardware_tflops_per_gpu"] = hardware_tflops
-    if records:
-        extra.update(
-            steps_logged=len(steps),
-            warmup_steps_skipped=skip,
-            first_step=steps[0],
-            last_step=records[-1]["step"],  # the last line's (a restarted job logs its steps again)
-        )
-        # the loss of the last logged step only: an earlier value would hide a loss that went NaN
-        # (Megatron then prints no "lm loss" at all) — the trailing lines of that step (one per rank),
-        # not an earlier attempt's line of the same step number
-        tail: list[dict[str, Any]] = []
-        for r in reversed(records):
-            if r["step"] != records[-1]["step"]:
-                break
-            tail.append(r)
-        loss = [r["loss"] for r in reversed(tail) if r.get("loss") is not None]
-        if loss:
-            extra["last_loss"] = loss[-1]
-        bad = list(dict.fromkeys(r["step"] for r in records if r.get("non_finite")))
-        if bad:
-            extra.update(non_finite_steps=len(bad), first_non_finite_step=bad[0])
-    measured = any(r.get(k) is not None for r in records
-                   for k in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "step_time_s", "samples_per_sec"))
+    if "tokens_per_sec_per_gpu" not in record and seq and world:
+        per_step = [r["global_batch_size"] * seq / r["step_time_s"] / world for r in _steady(used)[0]
+                    if r.get("step_time_s") and r.get("global_batch_size")]
+        if not per_step and extra.get("samples_per_sec"):
+            per_step = [extra["samples_per_sec"] * seq / world]
+        if per_step:
+            record["tokens_per_sec_per_gpu"] = float(f"{statistics.median(per_step):.6g}")
+            derived.append("tokens_per_sec_per_gpu")
+    return any(k in record for k in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu", "step_time_s")) or any(
+        k in extra for k in ("samples_per_sec", "tokens_per_sec"))
 
-    failure = classify_text(clean)
-    if failure.error_class is not None:
+
+def _outcome(raw: str, used: list[dict], measured: bool, record: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Status: the root cause's when the log shows a failure; ``failed`` + ``divergence`` when the last
+    logged step is non-finite (unless a more specific failure than a symptom is shown); ``success``
+    when it states a measurement; otherwise the log is refused."""
+    failure = classify_text(raw)
+    tail = _tail(used) if used else []
+    if any(r.get("non_finite") for r in tail) and failure.error_class in (None, *SYMPTOMS):
+        last = tail[-1]["step"]
+        where = f"the last logged step {last}" if last >= 0 else "the last logged record"
+        record.update(status=status_for("divergence"), error_class="divergence",
+                      error_message=f"loss or grad norm not finite at {where} "
+                                    f"({extra.get('non_finite_steps', 1)} non-finite logged step(s))")
+    elif failure.error_class is not None:
         record["status"] = failure.status
         record["error_class"] = failure.error_class
         record["error_message"] = (failure.line or "")[:MAX_MESSAGE]
@@ -517,6 +366,9 @@ def parse_log(text: str, log_format: str | None = None, **fields: Any) -> dict[s
     else:
         raise LogNotRecognised(f"nothing to import: found no {LOOKED_FOR}")
 
+
+def _finish(record: dict[str, Any], extra: dict[str, Any], derived: list[str], user: dict[str, Any]) -> dict[str, Any]:
+    """The user's fields over the log's; derived fields named; extra attached."""
     user_extra = user.pop("extra", None)
     for key in user:
         if key in derived:

@@ -24,10 +24,10 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from core.record import REPORTED_FIELDS, parse_bool
+from core.record import REPORTED_FIELDS, parse_bool, parse_tags
 from ingest.parsers.common import ParseResult, Reject, UnknownColumns, check_columns
 
-__all__ = ["iter_csv", "iter_jsonl", "parse_rows"]
+__all__ = ["as_reported", "iter_csv", "iter_jsonl", "parse_rows"]
 
 _SERVER_EXTRA = ("derived_fields", "assumed_fields", "canonicalised_fields", "dims_source")
 
@@ -70,14 +70,18 @@ def _typed(field: str, value: Any) -> Any:
             return parse_bool(field, value)
         if kind == "j":
             return json.loads(value) if isinstance(value, str) else value
+        if kind == "l":
+            return parse_tags(value)
     except (TypeError, ValueError):
-        kind_name = {"i": "an integer", "f": "a number", "b": "true or false", "j": "a JSON object"}[kind]
+        kind_name = {"i": "an integer", "f": "a number", "b": "true or false", "j": "a JSON object",
+                     "l": "a list of strings"}[kind]
         raise ValueError(f"column {field!r}: {value!r} is not {kind_name}") from None
     return str(value) if kind != "t" or isinstance(value, str) else value.isoformat()
 
 
-def _as_reported(record: dict[str, Any]) -> dict[str, Any]:
-    """Take back out what the server added (module docstring)."""
+def as_reported(record: dict[str, Any]) -> dict[str, Any]:
+    """`record` (a stored run's reported fields) with what the server added taken back out (module
+    docstring): the run as it was reported. Changes and returns `record`."""
     extra = record.get("extra")
     if not isinstance(extra, dict):
         return record
@@ -134,7 +138,7 @@ def parse_rows(rows: Iterable[tuple[int, Any]], *, where: str, server_columns: S
             continue
         if unknown:
             record["extra"] = {**(record.get("extra") or {}), **unknown}
-        result.records.append(_as_reported(record))
+        result.records.append(as_reported(record))
         result.lines.append(line_no)
     return result
 

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from core import hardware
 from core.rules import METRICS, slice_key
 from service.errors import BadRequest
+from service.lifecycle import FINISHED
 from service.ranking import SqlExpr, best_order
 from service.tables import Run
 
@@ -66,10 +67,12 @@ class HeatmapFilters:
     precision: str | None = None
     started_after: datetime | None = None
     started_before: datetime | None = None
+    sweep: str | None = None  # the runs of one sweep (runs.sweep)
 
     def conditions(self) -> list[sa.ColumnElement]:
         conds: list[sa.ColumnElement] = [Run.model_size_class.is_not(None), Run.nodes.is_not(None),
-                                          Run.retired_at.is_(None)]  # retired runs leave every analytic
+                                          Run.retired_at.is_(None),  # retired runs leave every analytic
+                                          FINISHED]  # so do open (running, lost) ones: no result yet
         if self.gpu_type:
             conds.append(Run.gpu_type == (hardware.canonical_gpu_type(self.gpu_type) or self.gpu_type))
         if self.seq_len:
@@ -84,6 +87,8 @@ class HeatmapFilters:
             conds.append(Run.started_at >= self.started_after)
         if self.started_before:
             conds.append(Run.started_at < self.started_before)
+        if self.sweep:
+            conds.append(Run.sweep == self.sweep)
         return conds
 
 

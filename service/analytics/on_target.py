@@ -37,6 +37,7 @@ from core.model import model_size_class
 from core.rules import CONFIG_FIELDS
 from service.analytics.heatmap import metric_expr
 from service.analytics.memory import estimate_memory
+from service.lifecycle import FINISHED
 from service.ranking import best_order
 from service.tables import Run
 
@@ -141,7 +142,7 @@ class Measured:
 def _cell_conditions(cell: Cell) -> list[sa.ColumnElement[bool]]:
     """Size, nodes, GPU type and GPUs per node of the cell (not the seq_len), runs not retired."""
     gpu = Run.gpu_type.is_(None) if cell.gpu_type is None else Run.gpu_type == cell.gpu_type
-    return [cell.size_filter(), Run.nodes == cell.nodes, gpu, Run.retired_at.is_(None),
+    return [cell.size_filter(), Run.nodes == cell.nodes, gpu, Run.retired_at.is_(None), FINISHED,
             sa.or_(Run.gpus_per_node.is_(None), Run.gpus_per_node == cell.gpus_per_node)]
 
 
@@ -261,7 +262,7 @@ def _count(session: Session, cell: Cell, out: Measured) -> None:
         if seq == cell.seq_len:
             if status == "oom":
                 out.n_oom += int(n)
-            elif status not in ("success", "running"):
+            elif status != "success":
                 out.n_failed += int(n)
         elif status == "success":
             out.other_seq_lens[seq] = out.other_seq_lens.get(seq, 0) + int(n)

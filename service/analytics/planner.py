@@ -36,7 +36,7 @@ from core import hardware
 from core.model import model_size_class
 from core.record import parse_count
 from service.analytics import scaling as sc
-from service.analytics.recommend import parse_model_params
+from service.analytics.target import parse_model_params
 from service.errors import BadRequest, NotFound
 
 SECONDS_PER_DAY = 86_400.0

@@ -37,6 +37,7 @@ from service.analytics import recommend as rec
 from service.analytics.anchor import SUPPORT_DISTANCE
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, names_family
+from service.analytics.target import CompletedTarget, parse_model_params
 from service.derive import complete
 from service.errors import ValidationFailed
 
@@ -75,11 +76,11 @@ def _check_record(body: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     return row
 
 
-def _check_model(cfg: dict[str, Any], ctx: dict[str, Any]) -> None:
+def _check_model(cfg: dict[str, Any], ctx: CompletedTarget) -> None:
     """Heads divisible by TP (and KV heads by TP, or TP by them), PP ≤ layers, seq_len divisible by
     CP, for the dims the prediction is costed on (given, recorded or inferred)."""
     inferred: list[str] = []
-    model = resolve_shape(dict(ctx), inferred)
+    model = resolve_shape(ctx.shape_record(), inferred)
     said = {"num_heads": "num_heads=" in " ".join(inferred), "num_layers": "num_layers=" in " ".join(inferred)}
 
     def dims(name: str, value: int) -> str:
@@ -94,8 +95,8 @@ def _check_model(cfg: dict[str, Any], ctx: dict[str, Any]) -> None:
                               "across TP ranks, or replicated)")
     if pp > model.layers:
         raise _fail("pp", pp, f"{dims('num_layers', model.layers)} < pp {pp}: a stage holds at least one layer")
-    if ctx["seq_len"] % cp:
-        raise _fail("cp", cp, f"seq_len {ctx['seq_len']} is not divisible by cp {cp}")
+    if ctx.seq_len % cp:
+        raise _fail("cp", cp, f"seq_len {ctx.seq_len} is not divisible by cp {cp}")
 
 
 def _batch(row: dict[str, Any], seq: int, body: dict[str, Any], notes: list[str]) -> int:
@@ -126,18 +127,18 @@ def extrapolation(prep: rec.Prepared, item: rec.Scored) -> list[str]:
     why: list[str] = []
     if fit.status == "prior":
         why.append("no fit: the documented prior")
-    elif fit.group.get("gpu_type") != ctx["gpu_type"]:
-        why.append(f"fitted on {fit.group.get('gpu_type')}, carried to {ctx['gpu_type']}")
+    elif fit.group.get("gpu_type") != ctx.gpu_type:
+        why.append(f"fitted on {fit.group.get('gpu_type')}, carried to {ctx.gpu_type}")
     group = [r for r in prep.rows if r["gpu_type"] == fit.group.get("gpu_type")
              and r["framework"] == fit.group.get("framework")]
-    for key, value, text in (("nodes", ctx["nodes"], "{:g} nodes"), ("model_size_class", ctx["size_class"],
+    for key, value, text in (("nodes", ctx.nodes, "{:g} nodes"), ("model_size_class", ctx.size_class,
                                                                      "a {:g}B model"),
-                             ("seq_len", ctx["seq_len"], "seq_len {:g}")):
+                             ("seq_len", ctx.seq_len, "seq_len {:g}")):
         seen = [r[key] for r in group if r[key]]
         if seen and not min(seen) <= value <= max(seen):
             why.append(f"{text.format(value)}, outside the fitted runs' {min(seen):g}–{max(seen):g}")
-    if group and not any(r["precision"] == ctx["precision"] for r in group):
-        why.append(f"precision {ctx['precision']}: no fitted run in it")
+    if group and not any(r["precision"] == ctx.precision for r in group):
+        why.append(f"precision {ctx.precision}: no fitted run in it")
     d_ev = item.predicted.get("evidence_distance")
     if d_ev is not None and not item.predicted.get("supported", True):
         why.append(f"the nearest recorded run of this exact layout is {d_ev:.2f} away (beyond {SUPPORT_DISTANCE:g}: "
@@ -175,7 +176,7 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     dims = {f: body.get(f) for f in DIM_FIELDS}
     params = body.get("model_params")
     if params is None and size_text is not None:
-        params = body["model_params"] = rec.parse_model_params(size_text)
+        params = body["model_params"] = parse_model_params(size_text)
     if params is None:
         params = params_from_dims(body)
         if params is None:
@@ -192,18 +193,18 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     ctx = prep.ctx
     cfg = {f: row.get(f) for f in CONFIG_FIELDS}
     _check_model(cfg, ctx)
-    cfg["grad_accum_steps"] = _batch(row, ctx["seq_len"], body, notes)
-    ctx["global_batch_tokens"] = row["dp"] * row["micro_batch_size"] * cfg["grad_accum_steps"] * ctx["seq_len"]
+    cfg["grad_accum_steps"] = _batch(row, ctx.seq_len, body, notes)
+    ctx.global_batch_tokens = row["dp"] * row["micro_batch_size"] * cfg["grad_accum_steps"] * ctx.seq_len
     items = rec.scored(prep, configs=[cfg])
     if not items:  # the model cannot cost it: say why
         try:
-            prep.model.predict(rec._run_record(cfg, ctx), ctx["framework"])
+            prep.model.predict(rec._run_record(cfg, ctx), ctx.framework)
         except ValueError as exc:
             msg = str(exc)
             field = msg.split(":", 1)[0] if ":" in msg else "gpu_type"
-            raise _fail(field, ctx.get(field), msg.split(":", 1)[-1].strip()) from exc
+            raise _fail(field, ctx.field_value(field), msg.split(":", 1)[-1].strip()) from exc
     item = items[0]
-    same = [r for r in prep.rows if r["framework"] == ctx["framework"] and r["precision"] == ctx["precision"]]
+    same = [r for r in prep.rows if r["framework"] == ctx.framework and r["precision"] == ctx.precision]
     exact = rec._exact(cfg, ctx, same) or rec._exact(cfg, ctx, prep.rows)
     mem = estimate_memory(rec._run_record(cfg, ctx))
     oom = rec.oom_implied(cfg, ctx, prep.ooms) if exact is None else None
@@ -219,9 +220,9 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     if oom is not None:
         notes.append(f"a recorded OOM (run #{oom['run_id']}: same TP/PP/CP, no more sharding, no smaller "
                      "micro-batch, no stronger recompute) implies it does not fit")
-    if exact is not None and (exact["framework"], exact["precision"]) != (ctx["framework"], ctx["precision"]):
-        notes.append(f"measured in {exact['framework']} / {exact['precision']}, predicted for {ctx['framework']} / "
-                     f"{ctx['precision']}")
+    if exact is not None and (exact["framework"], exact["precision"]) != (ctx.framework, ctx.precision):
+        notes.append(f"measured in {exact['framework']} / {exact['precision']}, predicted for {ctx.framework} / "
+                     f"{ctx.precision}")
     why = extrapolation(prep, item)
     model = {**prep.fit.describe(), "extrapolates": bool(why), "extrapolation": why}
     # the model's step-time terms carried to the anchored step time (the evidence's correction scales
@@ -232,7 +233,7 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
                  "model_tokens_per_sec_per_gpu": item.predicted.get("model_tokens_per_sec_per_gpu",
                                                                     item.predicted["tokens_per_sec_per_gpu"]),
                  "anchor_factor": factor}
-    return {"target": rec.target_body(prep), "config": cfg, "global_batch_tokens": ctx["global_batch_tokens"],
+    return {"target": rec.target_body(prep), "config": cfg, "global_batch_tokens": ctx.global_batch_tokens,
             "predicted": predicted, "fits": fits, "memory": answer["memory"],
             "measured": answer["measured"], "evidence": answer["evidence"], "model": model, "why": answer["why"],
             "notes": prep.notes + notes}

@@ -23,6 +23,9 @@ Layer 2, here, runs what passed where nothing else exists, so a parser bypass fi
   role), so `set_config('role', …)` cannot leave it whatever the service's own user is. System
   catalogs (pg_catalog, information_schema) stay readable as for any PostgreSQL login; the parser gate
   refuses them.
+- Both: `status` reads as the API answers it (DESIGN §9): a running run whose last_heartbeat_at is
+  before the lost cutoff reads 'lost' — DuckDB: the sandbox's `runs` view REPLACEs status by the CASE;
+  PostgreSQL: each reference to runs in the checked tree becomes a subquery with that CASE as status.
 - Both: at most SCALEBOOK_SQL_MAX_ROWS rows are read (`truncated: true` when more matched); the
   answer is refused with 400 when it exceeds SCALEBOOK_SQL_MAX_BYTES (counted while it is read, before
   it is built); the SCALEBOOK_SQL_TIMEOUT_S deadline covers the export, the query, the fetch and the
@@ -38,10 +41,12 @@ import threading
 import time
 import warnings
 import weakref
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 
+from core.record import LOST, RUNNING
 from service.analytics.sql_check import (  # noqa: F401 - re-exported: the public API of user SQL
     MAX_QUERY_CHARS,
     _reject,
@@ -112,8 +117,11 @@ class _Answer:
 
 # -- execution -----------------------------------------------------------------------------------
 def run_query(db: Database, query: str, *, timeout_s: float, max_rows: int, max_bytes: int = DEFAULT_MAX_BYTES,
-              memory_mb: int = DEFAULT_MEMORY_MB, reader_url: str | None = None) -> dict[str, Any]:
-    """Check and run one read-only query over runs (module docstring).
+              memory_mb: int = DEFAULT_MEMORY_MB, reader_url: str | None = None,
+              lost_cutoff: datetime | None = None) -> dict[str, Any]:
+    """Check and run one read-only query over runs (module docstring). `status` reads as the API answers
+    it: a running run whose last heartbeat is before `lost_cutoff` (now − lost_after_s, naive UTC; default
+    now − core.lifecycle.DEFAULT_LOST_AFTER_S) reads 'lost' (service/lifecycle.py, `live_runs_sql`).
 
     Returns {"columns": [str], "rows": [[json value]], "row_count": int, "truncated": bool,
     "elapsed_ms": float (export, execution, fetch and conversion, milliseconds)}. Raises QueryRejected
@@ -123,12 +131,14 @@ def run_query(db: Database, query: str, *, timeout_s: float, max_rows: int, max_
     """
     dialect = sqlglot_dialect(db.dialect)
     sql, tree = check_and_parse(query, dialect)
+    cutoff = _cutoff(lost_cutoff)
     start = time.perf_counter()
     if dialect == "duckdb":
         columns, answer = _run_duckdb(db, sql, timeout_s, max_rows, max_bytes, memory_mb,
-                                      runs_columns_used(tree, RUN_COLUMNS), stream=_streamable(tree))
+                                      runs_columns_used(tree, RUN_COLUMNS), stream=_streamable(tree), cutoff=cutoff)
     else:
-        columns, answer = _run_postgres(db, sql, timeout_s, max_rows, max_bytes, memory_mb, reader_url)
+        columns, answer = _run_postgres(db, _with_read_status(tree, cutoff), timeout_s, max_rows, max_bytes,
+                                        memory_mb, reader_url)
     return {"columns": columns, "rows": answer.rows, "row_count": len(answer.rows), "truncated": answer.truncated,
             "elapsed_ms": round((time.perf_counter() - start) * 1000.0, 3)}
 
@@ -141,10 +151,46 @@ def execute_sandboxed(db: Database, sql: str, *, timeout_s: float, max_rows: int
     Same errors as run_query.
     """
     if db.is_duckdb:
-        columns, answer = _run_duckdb(db, sql, timeout_s, max_rows, max_bytes, memory_mb, RUN_COLUMNS, stream=False)
+        columns, answer = _run_duckdb(db, sql, timeout_s, max_rows, max_bytes, memory_mb, RUN_COLUMNS, stream=False,
+                                      cutoff=_cutoff(None))
     else:
         columns, answer = _run_postgres(db, sql, timeout_s, max_rows, max_bytes, memory_mb, None)
     return columns, answer.rows
+
+
+def _cutoff(lost_cutoff: datetime | None) -> datetime:
+    if lost_cutoff is not None:
+        return lost_cutoff
+    from core.lifecycle import DEFAULT_LOST_AFTER_S
+    from core.lifecycle import lost_cutoff as cutoff_at
+
+    return cutoff_at(datetime.now(UTC).replace(tzinfo=None), DEFAULT_LOST_AFTER_S)
+
+
+def _status_case(cutoff: datetime) -> str:
+    """`status` as it reads (core/lifecycle.py) in SQL both backends take: a running run whose last
+    heartbeat is before `cutoff` (or missing) reads 'lost'."""
+    return (f"CASE WHEN status = '{RUNNING}' AND (last_heartbeat_at IS NULL OR last_heartbeat_at < "
+            f"TIMESTAMP '{cutoff.isoformat(sep=' ')}') THEN '{LOST}' ELSE status END")
+
+
+def _with_read_status(tree, cutoff: datetime) -> str:
+    """The checked query (PostgreSQL) with each reference to the table runs replaced by a subquery over it
+    that has every column, `status` as it reads at `cutoff` (a CTE of the user's named runs is left
+    alone). PostgreSQL inlines the subquery; the query reads what it read, lost runs reading 'lost'."""
+    import sqlglot
+    from sqlglot import exp
+
+    from service.analytics.sql_check import _norm, _visible_ctes
+
+    select = ", ".join(f"{_status_case(cutoff)} AS status" if c == "status" else c for c in RUN_COLUMNS)
+    for table in list(tree.find_all(exp.Table)):
+        if not isinstance(table.this, exp.Identifier) or _norm(table.this) != "runs" or "runs" in _visible_ctes(table):
+            continue
+        alias = table.args.get("alias")
+        alias = alias.copy() if alias is not None else exp.TableAlias(this=exp.to_identifier("runs"))
+        table.replace(exp.Subquery(this=sqlglot.parse_one(f"SELECT {select} FROM runs", read="postgres"), alias=alias))
+    return tree.sql(dialect="postgres", comments=False)
 
 
 def _streamable(tree) -> bool:
@@ -287,10 +333,13 @@ def _duckdb_error(exc: Exception, interrupter: _Interrupter, timeout_s: float, m
 
 
 def _run_duckdb(db: Database, sql: str, timeout_s: float, max_rows: int, max_bytes: int, memory_mb: int,
-                columns: list[str], *, stream: bool) -> tuple[list[str], _Answer]:
+                columns: list[str], *, stream: bool, cutoff: datetime) -> tuple[list[str], _Answer]:
     import duckdb
 
     answer = _Answer(max_rows, max_bytes, time.monotonic() + timeout_s, timeout_s)
+    status = "status" in columns
+    if status and "last_heartbeat_at" not in columns:  # what `status` reads as depends on it
+        columns = [*columns, "last_heartbeat_at"]
     select = "SELECT " + ", ".join(f'"{c}"' for c in columns) + " FROM runs"
     with _Interrupter(timeout_s) as interrupter:
         # the service's connection exports the runs relation; its pooled parent is held until the
@@ -307,8 +356,10 @@ def _run_duckdb(db: Database, sql: str, timeout_s: float, max_rows: int, max_byt
                 runs = relation.to_arrow_reader(_BATCH_ROWS) if stream else relation.to_arrow_table()
                 interrupter.watch(sandbox)
                 sandbox.register("runs_arrow", runs)
-                json_cols = [c for c in columns if c in _JSON_COLUMNS]
-                replace = f" REPLACE ({', '.join(f'CAST({c} AS JSON) AS {c}' for c in json_cols)})" if json_cols else ""
+                replaced = [f"CAST({c} AS JSON) AS {c}" for c in columns if c in _JSON_COLUMNS]
+                if status:
+                    replaced.append(f"{_status_case(cutoff)} AS status")
+                replace = f" REPLACE ({', '.join(replaced)})" if replaced else ""
                 sandbox.execute(f"CREATE TEMP VIEW runs AS SELECT *{replace} FROM runs_arrow")
                 statements = sandbox.extract_statements(sql)
             except duckdb.Error as exc:

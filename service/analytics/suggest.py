@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 
 from core.rules import CONFIG_FIELDS
 from service.analytics import recommend as rec
+from service.analytics.target import CompletedTarget
 from service.tables import Run
 
 #: the standard normal's 90th percentile: an 80 % two-sided interval is μ·exp(±Z80·σ)
@@ -45,12 +46,12 @@ Z80 = 1.2816
 _NORM_PDF_C = np.sqrt(2 * np.pi)
 
 
-def best_recorded(session: Session, ctx: dict[str, Any]) -> dict[str, Any] | None:
+def best_recorded(session: Session, ctx: CompletedTarget) -> dict[str, Any] | None:
     """The best successful, not retired run of the target (size class, nodes, GPU type, seq_len)."""
     run = session.scalars(
         sa.select(Run).where(Run.status == "success", Run.retired_at.is_(None), Run.tokens_per_sec_per_gpu > 0,
-                             Run.model_size_class == ctx["size_class"], Run.nodes == ctx["nodes"],
-                             Run.gpu_type == ctx["gpu_type"], Run.seq_len == ctx["seq_len"])
+                             Run.model_size_class == ctx.size_class, Run.nodes == ctx.nodes,
+                             Run.gpu_type == ctx.gpu_type, Run.seq_len == ctx.seq_len)
         .order_by(Run.tokens_per_sec_per_gpu.desc(), Run.id).limit(1)).first()
     if run is None:
         return None

@@ -136,6 +136,18 @@ COMPETITIVE_FRACTION = 0.7
 #: pathological runs (a hung pipeline at 1/40 of its siblings) do not drag the fit
 ROBUST_SCALE = 0.1
 ROBUST_LOSS = "cauchy"
+#: weight of the PRIOR in the fit (a maximum a posteriori estimate): every fitted parameter adds the residual
+#: PRIOR_WEIGHT × (p − p₀)/p₀ to the data's log residuals — a Gaussian prior on its relative deviation from the
+#: PRIOR of σ = ROBUST_SCALE / PRIOR_WEIGHT = 20 % in the robust loss's units, which a parameter the runs
+#: identify leaves at once (the Cauchy loss caps its pull), while one they hardly constrain stays near its
+#: physical value instead of taking whatever value absorbs the noise: fitted on vTrain's 18B–175B runs
+#: without it, b_score (unfused attention's bytes per score element) went to 102, costing the 3.6B model's
+#: scores 2.1 s of a 3.6 s step; k_h and b_act, nearly collinear (both ∝ h per token), swung between 0 and 78
+#: and between 825 and 1,450. Measured (bench/vtrain_accuracy.py, bench/recommend_holdout.py): vTrain
+#: leave-one-size-out mean error 11.7 % → 10.4 %, groups 2 → 3 of 4; the sweep's >2-node holdout 5 → 6 of 6,
+#: leave-one-cell-out unchanged (12 of 12). Gelman et al., "Bayesian Data Analysis" (3rd ed.) §14.8: a
+#: weakly informative prior as regularisation of a least-squares fit.
+PRIOR_WEIGHT = 0.5
 #: default relative half-width of the interval when the fit has no held-out residuals (prior)
 PRIOR_SPREAD = 0.35
 
@@ -226,11 +238,20 @@ def network_reference(rows: list[dict[str, Any]], gpu_type: str | None) -> tuple
     return statistics.median(by_nodes[n]), f"the all-reduce bandwidth recorded at {n} nodes (median)"
 
 
+def global_batch_tokens(r: dict[str, Any]) -> int | None:
+    """dp · micro_batch_size · grad_accum_steps · seq_len of a configuration row (tokens per optimizer
+    step), None when one is unknown."""
+    try:
+        return int(r["dp"]) * int(r["micro_batch_size"]) * int(r["grad_accum_steps"]) * int(r["seq_len"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def cell_key(r: dict[str, Any]) -> tuple:
     """The cell a configuration row competes in: GPU type, framework, precision, model, seq_len, nodes,
     gpus per node (the question "what is best for this target?" is asked per cell)."""
-    return tuple(r.get(c) for c in ("gpu_type", "framework", "precision", "model_params", "num_layers", "hidden_size",
-                                    "seq_len", "nodes", "gpus_per_node"))
+    return (*(r.get(c) for c in ("gpu_type", "framework", "precision", "model_params", "num_layers", "hidden_size",
+                                 "seq_len", "nodes", "gpus_per_node")), global_batch_tokens(r))
 
 
 def competitive(usable: list[tuple[dict[str, Any], Terms]]) -> list[tuple[dict[str, Any], Terms]]:
@@ -268,17 +289,22 @@ def fit(rows: list[dict[str, Any]], group: dict[str, Any], network_gb_s: float |
     def params(x: np.ndarray) -> dict[str, float]:
         return {**PRIOR, **{k: float(v) for k, v in zip(free, x)}}
 
+    p0 = np.array([PRIOR[k] for k in free])
+    pull = np.divide(PRIOR_WEIGHT, p0, out=np.zeros_like(p0), where=p0 > 0)  # a PRIOR of 0 pulls nothing
+
     def residuals(x: np.ndarray) -> np.ndarray:
         total = step_time(arr, params(x))[0]
-        return np.log(arr["tokens_per_gpu"] / total) - y
+        data = np.log(arr["tokens_per_gpu"] / total) - y
+        return np.concatenate([data, pull * (x - p0)])
 
     lo, hi = np.array([_LOWER[k] for k in free]), np.array([_UPPER[k] for k in free])
     start = np.clip(np.array([PRIOR[k] for k in free]), lo, hi)
     res = least_squares(residuals, start, bounds=(lo, hi), x_scale=np.maximum(start, 1e-4), method="trf",
                         loss=ROBUST_LOSS, f_scale=ROBUST_SCALE, max_nfev=200)
+    n = len(y)  # the data's rows of the residual vector (the prior's rows follow them)
     jac = res.jac
-    hat = np.einsum("ij,jk,ik->i", jac, np.linalg.pinv(jac.T @ jac), jac)
-    loo = res.fun / np.clip(1.0 - hat, 0.05, None)
+    hat = np.einsum("ij,jk,ik->i", jac[:n], np.linalg.pinv(jac.T @ jac), jac[:n])
+    loo = res.fun[:n] / np.clip(1.0 - hat, 0.05, None)
     return Fit(params(res.x), "fitted", group, len(usable), n_runs, ids, n_not_competitive=slow,
                network_gb_s=network_gb_s,
                loo_median_rel_err=float(np.median(np.abs(np.expm1(loo)))),

@@ -62,11 +62,9 @@ class Terms:
         bus bandwidth (terms' network_gb_s; a group with 2 ranks per node gets 2/8 of it);
     dp_nodes_log2: log2 of the nodes the gradient-reduction group spans (0 inside a node): the
         reduction's time grows with it beyond what its bus bandwidth says (the ring's 2(n−1)
-        latency-bound steps, NCCL's tree depth log2 n; Thakur et al. 2005) — on the Ultra-Scale
-        sweep the exposed time of the same gradient buffer grows ×1.2–1.4 per doubling of nodes
-        (2 → 8 nodes: 1.34B 58 → 103 ms, 3.57B 138 → 228 ms), while its recorded all-reduce
-        bandwidth halves (a latency-bound test message), so the bandwidth is read once per cluster
-        and this growth is fitted (throughput.py: a_dp_n);
+        latency-bound steps, NCCL's tree depth log2 n; Thakur et al. 2005), faster than its
+        recorded bandwidth says (bench/RESULTS.md, "Measurements behind the throughput terms"), so
+        the bandwidth is read once per cluster and this growth is fitted (throughput.py: a_dp_n);
     zero_gather_bytes: ZeRO-1/2's all-gather of the updated bf16 parameter shards after the
         optimizer step — apart from dp_bytes (the gradients' reduce-scatter), as it cannot overlap
         the backward pass as DDP's bucketed reduction does ([UP "ZeRO-1"]: "an all-gather after the
@@ -212,18 +210,12 @@ def dp_ranks_per_node(dp: int, tp: int, cp: int, gpus_per_node: int) -> int:
     the node (one NIC per GPU, as core/hardware.LINKS assumes: a rail-optimised node). So the
     group's bus bandwidth across nodes is k GPUs' worth of links: k × the catalog's per-GPU
     network bandwidth (at CATALOG_NETWORK_EFFICIENCY), or k / gpus_per_node of a recorded
-    full-node all-reduce bandwidth (NVIDIA nccl-tests doc/PERFORMANCE.md, bus bandwidth; public
-    two-node H100 nccl-tests runs measure bus bandwidths of ~49 / 135 / 312 GB/s with 2 / 4 / 8
-    GPUs per node; the Ultra-Scale Playbook's "Data Parallelism" on the all-reduce leaving the node).
-    The recorded figure is taken as that of a fixed full-node group — an assumption: on the sweep
-    nanotron's bench "AllReduce (GB/s)" has the same median for TP 1 to 16 at 4 and 8 nodes (160
-    and 94–97 GB/s), but varies by ~30 % with TP at 2 nodes (327–429), and it halves with each
-    doubling of nodes, which a pure bus bandwidth would not. Consequence: the network time of the
-    gradient reduction per GPU does not fall with TP (its buffer is 1/tp as large, and so is its
-    share of the links). Without this factor the fit on the sweep costed the DP all-reduce at twice
-    its bus-bandwidth time (a_dp 2.0, now 1.2), TP 8 on 4–8 nodes ran 7–10 % slower than predicted
-    (now 5–6 %), and the leave-one-cell-out top-1 was within 5 % of the best in 8 of 12 cells (now
-    11: bench/RESULTS.md, stop 15).
+    full-node all-reduce bandwidth (NVIDIA nccl-tests doc/PERFORMANCE.md, bus bandwidth; the
+    Ultra-Scale Playbook's "Data Parallelism" on the all-reduce leaving the node). The recorded
+    figure is taken as that of a fixed full-node group — an assumption. Consequence: the network
+    time of the gradient reduction per GPU does not fall with TP (its buffer is 1/tp as large, and
+    so is its share of the links). The measurements behind it, and what it changed in the fit:
+    bench/RESULTS.md, "Measurements behind the throughput terms".
     """
     if tp >= gpus_per_node:
         return 1
@@ -238,19 +230,48 @@ def world_layout(cfg: dict[str, Any]) -> tuple[int, int, int, int, int]:
     return int(dp), tp, pp, cp, gpn
 
 
-def terms(cfg: dict[str, Any], *, network_gb_s: float | None = None,
-          intra_bw_recorded: float | None = None) -> Terms:
-    """The step's physical terms for config `cfg` (run-record field names: model_params or dims,
-    seq_len, nodes, gpus_per_node, gpu_type, precision, dp, tp, pp, cp, zero_stage,
-    micro_batch_size, grad_accum_steps, recompute).
+@dataclass(frozen=True)
+class _Step:
+    """One configuration's validated inputs (_step): the GPU, the model's shape, the layout
+    (dp, tp, pp, cp over gpn GPUs per node), N parameters, the ZeRO stage, the dense peak (FLOP/s),
+    micro-batch b, GAS m, seq s, full recompute or not, and the framework's name (lower case)."""
 
-    network_gb_s: the cluster's full-node all-reduce bus bandwidth across nodes (GB/s), as its runs
-    recorded it (throughput.network_reference: nanotron's "AllReduce (GB/s)" at the smallest
-    multi-node count); None → the catalog's per-GPU line rate × gpus_per_node ×
-    CATALOG_NETWORK_EFFICIENCY. intra_bw_recorded: the intra-node all-reduce bus bandwidth the runs
-    measured ("AR Intra-node (GB/s)"); None → the catalog's NVLink. Raises ValueError naming a
-    missing field (no seq_len, unknown gpu_type, micro_batch_size or grad_accum_steps missing).
-    """
+    acc: hardware.Accelerator
+    model: ModelShape
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    gpn: int
+    n_params: float
+    zero: int
+    peak: float
+    mbs: Any
+    gas: Any
+    seq: Any
+    full_recompute: bool
+    framework: Any
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def tokens_per_gpu(self) -> float:
+        return self.dp * self.mbs * self.gas * self.seq / self.world
+
+    @property
+    def layers_local(self) -> float:
+        return self.model.layers / self.pp
+
+    @property
+    def act_bytes(self) -> float:
+        """One micro-batch's b·s·h bf16 activations on one GPU (s/cp with CP)."""
+        return self.mbs * self.seq / self.cp * self.model.h * _BF16
+
+
+def _step(cfg: dict[str, Any]) -> _Step:
+    """The validated inputs of `cfg`; ValueError naming the missing or uncostable field."""
     acc = hardware.lookup(cfg.get("gpu_type"))
     if acc is None:
         raise ValueError(f"gpu_type: {cfg.get('gpu_type')!r} is not in the hardware catalog")
@@ -262,60 +283,68 @@ def terms(cfg: dict[str, Any], *, network_gb_s: float | None = None,
         raise ValueError("micro_batch_size and grad_accum_steps: required")
     model = model_dims(cfg)
     dp, tp, pp, cp, gpn = world_layout(cfg)
-    world = dp * tp * pp * cp
-    n_params = cfg.get("model_params") or model.total_params()
-    zero = _int(cfg, "zero_stage", 0)
     precision = hardware.canonical_precision(cfg.get("precision"))
     peak_tflops = hardware.peak_tflops(acc.name, precision)
     if not peak_tflops:  # never costed against another precision's peak
         raise ValueError(f"precision {precision!r}: the catalog has no {acc.name} peak for it")
-    peak = peak_tflops * 1e12
-    gbt = dp * mbs * gas * seq
+    return _Step(acc=acc, model=model, dp=dp, tp=tp, pp=pp, cp=cp, gpn=gpn,
+                 n_params=cfg.get("model_params") or model.total_params(), zero=_int(cfg, "zero_stage", 0),
+                 peak=peak_tflops * 1e12, mbs=mbs, gas=gas, seq=seq, full_recompute=cfg.get("recompute") == "full",
+                 framework=cfg.get("framework"))
 
-    # FLOPs [PaLM][NA21 §3.3]: per token (6N + 12·L·h·s); full recompute adds one forward pass
-    # (2N + 4·L·h·s: [NA21] "8N instead of 6N"); the work is split evenly over all world GPUs
-    fpt, _ = flops_per_token(n_params, model.layers, model.h, seq)
+
+def _flop_terms(st: _Step) -> dict[str, Any]:
+    """FLOPs [PaLM][NA21 §3.3]: per token (6N + 12·L·h·s); full recompute adds one forward pass
+    (2N + 4·L·h·s: [NA21] "8N instead of 6N"); the work is split evenly over all world GPUs."""
+    model = st.model
+    fpt, _ = flops_per_token(st.n_params, model.layers, model.h, st.seq)
     # ... but the GPU executes the matmuls only: the input embedding is a lookup, so an untied
     # embedding's V·h parameters, which N counts, cost no FLOPs (the lm_head's V·h do) [NA21 §3.3:
     # the logit layer's 6·B·s·h·V, no term for the embedding lookup]
     matmul_params = model.layers * model.layer_params() + model.vocab * model.h
-    hfpt, _ = flops_per_token(matmul_params, model.layers, model.h, seq, recompute_full=cfg.get("recompute") == "full")
-    tokens_per_gpu = gbt / world
+    hfpt, _ = flops_per_token(matmul_params, model.layers, model.h, st.seq, recompute_full=st.full_recompute)
+    tokens_per_gpu = st.tokens_per_gpu
+    return {"hw_flops": hfpt * tokens_per_gpu, "model_flops": fpt * tokens_per_gpu, "peak_flops": st.peak,
+            "mb_tokens": st.mbs * st.seq / st.cp, "h_shard": model.h / st.tp, "micro_batches": int(st.gas),
+            "layers_local": st.layers_local, "pp": st.pp, "tokens_per_gpu": tokens_per_gpu,
+            "stage_imbalance": stage_imbalance(model, st.pp, int(st.seq), st.framework)}
 
-    # TP [NA21 §3.2][UP "Tensor Parallelism"]: per layer and micro-batch 2 collectives forward,
-    # 2 backward (3 forward with full recompute), each over the b·s·h bf16 activations
-    # (s/cp with CP); ring all-reduce moves 2(t−1)/t of it through every link (NCCL)
-    layers_local = model.layers / pp
-    act = mbs * seq / cp * model.h * _BF16
-    n_coll = 6 if cfg.get("recompute") == "full" else 4
-    tp_bytes = n_coll * 2 * (tp - 1) / tp * act * layers_local * gas if tp > 1 else 0.0
-    # the node's NVLink as the run measured it (its intra-node all-reduce bus bandwidth, nanotron's
-    # "AR Intra-node (GB/s)"), else the catalog's: a run whose intra-node collectives crawled pays
-    # for it in its TP, CP and pipeline traffic too, not only in its DP all-reduce
-    intra = (intra_bw_recorded or acc.nvlink_gb_s) * 1e9
-    # a TP group that spans nodes holds every GPU of its nodes: its all-reduce crosses the network
-    # over all of the node's links, the bus bandwidth of a full-node all-reduce (recorded, else the
-    # catalog's per-GPU link × gpus_per_node at CATALOG_NETWORK_EFFICIENCY)
-    full_node_inter = (network_gb_s or acc.network_gb_s * gpn * CATALOG_NETWORK_EFFICIENCY) * 1e9
-    tp_bw = intra if tp <= gpn else full_node_inter
+
+def _tp_terms(st: _Step, intra: float, full_node_inter: float) -> dict[str, Any]:
+    """TP [NA21 §3.2][UP "Tensor Parallelism"]: per layer and micro-batch 2 collectives forward,
+    2 backward (3 forward with full recompute), each over the b·s·h bf16 activations (s/cp with
+    CP); ring all-reduce moves 2(t−1)/t of it through every link (NCCL)."""
+    tp, gas, layers_local = st.tp, st.gas, st.layers_local
+    n_coll = 6 if st.full_recompute else 4
+    tp_bytes = n_coll * 2 * (tp - 1) / tp * st.act_bytes * layers_local * gas if tp > 1 else 0.0
     tp_collectives = n_coll * layers_local * gas if tp > 1 else 0.0
-    # a ring all-reduce (or reduce-scatter + all-gather pair) over t ranks takes 2(t−1) sequential
-    # steps, each paying the link latency α (Thakur, Rabenseifner & Gropp 2005, IJHPCA 19(1), §4:
-    # T = 2(p−1)α + 2(p−1)/p·nβ)
-    tp_ring_steps = tp_collectives * 2 * (tp - 1)
+    # a TP group that spans nodes holds every GPU of its nodes: its all-reduce crosses the network
+    # over all of the node's links, the bus bandwidth of a full-node all-reduce
+    return {"tp_bytes": tp_bytes, "tp_bw": intra if tp <= st.gpn else full_node_inter,
+            "tp_collectives": tp_collectives,
+            # a ring all-reduce (or reduce-scatter + all-gather pair) over t ranks takes 2(t−1)
+            # sequential steps, each paying the link latency α (Thakur, Rabenseifner & Gropp 2005,
+            # IJHPCA 19(1), §4: T = 2(p−1)α + 2(p−1)/p·nβ)
+            "tp_ring_steps": tp_collectives * 2 * (tp - 1),
+            "tp_in_pipeline": 1.0 if st.pp > 1 and tp > 1 else 0.0, "tp_inter": 1.0 if tp > st.gpn else 0.0}
 
-    # DP / ZeRO [UP "Data Parallelism", "ZeRO"] over dp·cp ranks, once per step, of the local
-    # gradients (N/(tp·pp)). Their dtype is the accumulation buffer's: nanotron accumulates in fp32
-    # by default and its DDP hook reduces the fp32 buffers [NT optim/gradient_accumulator.py,
-    # fp32_accum_hook: all_reduce_coalesced / reduce_scatter_coalesced of the fp32 grads]; other
-    # frameworks reduce the bf16 grads unless told otherwise (Megatron grad_reduce_in_fp32=False).
+
+def _dp_terms(st: _Step, full_node_inter: float, network_gb_s: float | None,
+              intra_bw_recorded: float | None) -> dict[str, Any]:
+    """DP / ZeRO [UP "Data Parallelism", "ZeRO"] over dp·cp ranks, once per step, of the local
+    gradients (N/(tp·pp)): volumes, the bandwidth they move at, the optimizer's share."""
+    dp, tp, cp, pp, gpn, zero = st.dp, st.tp, st.cp, st.pp, st.gpn, st.zero
+    # The gradients' dtype is the accumulation buffer's: nanotron accumulates in fp32 by default and
+    # its DDP hook reduces the fp32 buffers [NT optim/gradient_accumulator.py, fp32_accum_hook:
+    # all_reduce_coalesced / reduce_scatter_coalesced of the fp32 grads]; other frameworks reduce the
+    # bf16 grads unless told otherwise (Megatron grad_reduce_in_fp32=False).
     # ZeRO-0: ring all-reduce, 2(n−1)/n of the buffer; ZeRO-1/2: reduce-scatter, (n−1)/n of it
     # ("replace an all_reduce with a reduce_scatter", ibid.), then after the optimizer step an
     # all-gather of the updated bf16 params, (n−1)/n·2Ψ [UP "ZeRO-1"]; ZeRO-3: reduce-scatter plus
     # the params all-gathered in the forward and again in the backward (ZeRO §7: 1.5× DP's volume)
     n_dp = dp * cp
-    local = n_params / (tp * pp)
-    fw = str(cfg.get("framework") or "").lower()
+    local = st.n_params / (tp * pp)
+    fw = str(st.framework or "").lower()
     grad_bytes = _FP32 if ("nanotron" in fw or fw == "") else _BF16
     share = (n_dp - 1) / n_dp if n_dp > 1 else 0.0
     if zero == 0:
@@ -324,53 +353,76 @@ def terms(cfg: dict[str, Any], *, network_gb_s: float | None = None,
         dp_bytes = share * local * (grad_bytes + 2 * _BF16)
     else:
         dp_bytes = share * local * grad_bytes
-    zero_gather = share * local * _BF16 if zero in (1, 2) else 0.0
     crosses = tp * cp * dp > gpn
     if crosses:  # the group's share of its nodes' network links (dp_ranks_per_node): k GPUs' worth
         dp_bw = full_node_inter / gpn * dp_ranks_per_node(dp, tp, cp, gpn)
         source = "recorded network" if network_gb_s else "catalog network"
     else:
-        dp_bw = (intra_bw_recorded or acc.nvlink_gb_s) * 1e9
+        dp_bw = (intra_bw_recorded or st.acc.nvlink_gb_s) * 1e9
         source = "recorded intra-node" if intra_bw_recorded else "catalog NVLink"
+    return {"dp_bytes": dp_bytes, "dp_bw": dp_bw, "dp_bw_source": source,
+            "zero_gather_bytes": share * local * _BF16 if zero in (1, 2) else 0.0,
+            "dp_nodes_log2": math.log2(tp * cp * dp / gpn) if crosses else 0.0,
+            # each rank steps its own shard under ZeRO ≥ 1 (ZeRO §5)
+            "opt_params": local / (n_dp if zero >= 1 else 1)}
 
+
+def _cp_pp_terms(st: _Step, intra: float) -> dict[str, Any]:
+    """Context-parallel ring and pipeline point-to-point traffic."""
+    tp, pp, cp, gas, model = st.tp, st.pp, st.cp, st.gas, st.model
     # CP [UP "Context Parallelism"]: ring attention passes each K,V block around the ring,
     # (cp−1) steps of b·(s/cp)·2·kv_dim bf16 per layer forward, twice that backward
     kv_dim = model.kv * model.head_dim
-    cp_bytes = 3 * (cp - 1) * mbs * seq / cp * 2 * kv_dim * _BF16 * layers_local * gas if cp > 1 else 0.0
-    cp_bw = intra if tp * cp <= gpn else acc.network_gb_s * 1e9
-
-    # memory-bound work [throughput.py]: elementwise passes over the h-wide activations and the V-wide
-    # logits, the unfused attention core's scores, the optimizer update; all at HBM speed
-    redo = 4.0 / 3.0 if cfg.get("recompute") == "full" else 1.0
-    hbm = hardware.hbm_bytes_per_s(acc.name)
-    flash = cfg.get("flash_attention")
-    flash = True if flash is None else bool(flash) if not isinstance(flash, str) else flash.lower() in ("1", "true")
-    score_elems = 0.0 if flash else tokens_per_gpu * model.layers * model.heads * seq / cp * redo
-    opt_params = local / (n_dp if zero >= 1 else 1)
-
+    cp_bytes = 3 * (cp - 1) * st.mbs * st.seq / cp * 2 * kv_dim * _BF16 * st.layers_local * gas if cp > 1 else 0.0
     # PP [NA21 §2.2]: each micro-batch's activations cross every stage boundary forward and
     # their gradients backward (point-to-point); PP is the outermost rank dimension [RANKS], so a
     # boundary crosses nodes as soon as the world spans more than one node
-    pp_inter = pp > 1 and world > gpn
-    pp_bytes = 2 * act / tp * gas if pp > 1 else 0.0
-    pp_bw = acc.network_gb_s * 1e9 if pp_inter else intra
-    # ... and each of those transfers is a blocking send/recv pair on the critical path of 1F1B:
-    # 2·(m + p − 1) of them per step, each paying the link's latency (Hockney α–β)
-    pp_messages = 2.0 * (gas + pp - 1) if pp > 1 else 0.0
-    return Terms(hw_flops=hfpt * tokens_per_gpu, model_flops=fpt * tokens_per_gpu, peak_flops=peak,
-                 mb_tokens=mbs * seq / cp, h_shard=model.h / tp, micro_batches=int(gas),
-                 layers_local=layers_local, pp=pp, tp_bytes=tp_bytes, tp_bw=tp_bw,
-                 tp_collectives=tp_collectives, tp_ring_steps=tp_ring_steps,
-                 tp_in_pipeline=1.0 if pp > 1 and tp > 1 else 0.0, tp_inter=1.0 if tp > gpn else 0.0, dp_bytes=dp_bytes,
-                 dp_bw=dp_bw, zero_gather_bytes=zero_gather, cp_bytes=cp_bytes, cp_bw=cp_bw,
-                 pp_bytes=pp_bytes, pp_bw=pp_bw, pp_messages=pp_messages,
-                 pp_inter=1.0 if pp_inter else 0.0,
-                 act_elems=tokens_per_gpu * model.layers * model.h * redo,
-                 logit_elems=tokens_per_gpu * model.vocab, score_elems=score_elems, hbm_bw=hbm,
-                 opt_params=opt_params, layer_passes=layers_local * gas * redo,
-                 dp_nodes_log2=math.log2(tp * cp * dp / gpn) if crosses else 0.0,
-                 stage_imbalance=stage_imbalance(model, pp, int(seq), cfg.get("framework")),
-                 tokens_per_gpu=tokens_per_gpu, dp_bw_source=source)
+    pp_inter = pp > 1 and st.world > st.gpn
+    return {"cp_bytes": cp_bytes, "cp_bw": intra if tp * cp <= st.gpn else st.acc.network_gb_s * 1e9,
+            "pp_bytes": 2 * st.act_bytes / tp * gas if pp > 1 else 0.0,
+            "pp_bw": st.acc.network_gb_s * 1e9 if pp_inter else intra,
+            # ... and each of those transfers is a blocking send/recv pair on the critical path of
+            # 1F1B: 2·(m + p − 1) of them per step, each paying the link's latency (Hockney α–β)
+            "pp_messages": 2.0 * (gas + pp - 1) if pp > 1 else 0.0, "pp_inter": 1.0 if pp_inter else 0.0}
+
+
+def _memory_bound_terms(st: _Step, flash: Any) -> dict[str, Any]:
+    """Memory-bound work [throughput.py]: elementwise passes over the h-wide activations and the
+    V-wide logits, the unfused attention core's scores (none with FlashAttention, `flash` None or
+    true), the per-layer launches; all at HBM speed."""
+    model, tokens_per_gpu = st.model, st.tokens_per_gpu
+    redo = 4.0 / 3.0 if st.full_recompute else 1.0
+    flash = True if flash is None else bool(flash) if not isinstance(flash, str) else flash.lower() in ("1", "true")
+    return {"act_elems": tokens_per_gpu * model.layers * model.h * redo, "logit_elems": tokens_per_gpu * model.vocab,
+            "score_elems": 0.0 if flash else tokens_per_gpu * model.layers * model.heads * st.seq / st.cp * redo,
+            "hbm_bw": hardware.hbm_bytes_per_s(st.acc.name), "layer_passes": st.layers_local * st.gas * redo}
+
+
+def terms(cfg: dict[str, Any], *, network_gb_s: float | None = None,
+          intra_bw_recorded: float | None = None) -> Terms:
+    """The step's physical terms for config `cfg` (run-record field names: model_params or dims,
+    seq_len, nodes, gpus_per_node, gpu_type, precision, framework, dp, tp, pp, cp, zero_stage,
+    micro_batch_size, grad_accum_steps, recompute, flash_attention), phase by phase: FLOPs, TP,
+    DP/ZeRO, CP and PP traffic, memory-bound work.
+
+    network_gb_s: the cluster's full-node all-reduce bus bandwidth across nodes (GB/s), as its runs
+    recorded it (throughput.network_reference: nanotron's "AllReduce (GB/s)" at the smallest
+    multi-node count); None → the catalog's per-GPU line rate × gpus_per_node ×
+    CATALOG_NETWORK_EFFICIENCY. intra_bw_recorded: the intra-node all-reduce bus bandwidth the runs
+    measured ("AR Intra-node (GB/s)"); None → the catalog's NVLink. Raises ValueError naming a
+    missing field (no seq_len, unknown gpu_type, micro_batch_size or grad_accum_steps missing).
+    """
+    st = _step(cfg)
+    # the node's NVLink as the run measured it (its intra-node all-reduce bus bandwidth), else the
+    # catalog's: a run whose intra-node collectives crawled pays for it in its TP, CP and pipeline
+    # traffic too, not only in its DP all-reduce
+    intra = (intra_bw_recorded or st.acc.nvlink_gb_s) * 1e9
+    # a full-node all-reduce across nodes: recorded, else the catalog's per-GPU link × gpus_per_node
+    # at CATALOG_NETWORK_EFFICIENCY
+    full_node_inter = (network_gb_s or st.acc.network_gb_s * st.gpn * CATALOG_NETWORK_EFFICIENCY) * 1e9
+    return Terms(**_flop_terms(st), **_tp_terms(st, intra, full_node_inter),
+                 **_dp_terms(st, full_node_inter, network_gb_s, intra_bw_recorded), **_cp_pp_terms(st, intra),
+                 **_memory_bound_terms(st, cfg.get("flash_attention")))
 
 
 def as_arrays(rows: list[Terms]) -> dict[str, Any]:

@@ -72,12 +72,13 @@ def heatmap_filters(
     precision: Annotated[str | None, Query(max_length=32)] = None,
     started_after: datetime | None = None,
     started_before: datetime | None = None,
+    sweep: Annotated[str | None, Query(max_length=200, description="only the runs of this sweep")] = None,
 ) -> hm.HeatmapFilters:
     """The heatmap's slice from the query string (one copy for /heatmap and /heatmap/cell): runs
     of that GPU type, sequence length (tokens), global batch (tokens), framework and precision,
-    started in [started_after, started_before) (ISO 8601; naive times are UTC)."""
+    started in [started_after, started_before) (ISO 8601; naive times are UTC), of one sweep."""
     return hm.HeatmapFilters(gpu_type=gpu_type, seq_len=seq_len, global_batch_tokens=global_batch_tokens,
-                             framework=framework, precision=precision,
+                             framework=framework, precision=precision, sweep=sweep,
                              started_after=naive_utc(started_after) if started_after else None,
                              started_before=naive_utc(started_before) if started_before else None)
 

@@ -14,7 +14,21 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 
 from service import __version__
-from service.api import analytics, docs, errors, memory, planning, predict, retire, runs, sql, suggest, tokens
+from service.api import (
+    analytics,
+    docs,
+    errors,
+    live,
+    memory,
+    planning,
+    predict,
+    retire,
+    runs,
+    sql,
+    suggest,
+    sweeps,
+    tokens,
+)
 from service.api.guards import RequestGuard, parse_origins
 from service.api.limits import BodySizeLimit
 from service.api.strict import reject_unknown_query
@@ -63,9 +77,11 @@ def create_app(db: Database | None = None, settings: Settings | None = None) -> 
     if origins:
         app.add_middleware(CORSMiddleware, allow_origins=sorted(origins), allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "Prefer"])
+    app.include_router(live.router, prefix=API_PREFIX)
     app.include_router(runs.router, prefix=API_PREFIX)
     app.include_router(analytics.router, prefix=API_PREFIX)
     app.include_router(suggest.router, prefix=API_PREFIX)
+    app.include_router(sweeps.router, prefix=API_PREFIX)
     app.include_router(memory.router, prefix=API_PREFIX)
     app.include_router(predict.router, prefix=API_PREFIX)
     app.include_router(planning.router, prefix=API_PREFIX)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from core.model import model_size_class
 from service import limits as L
 from service.analytics import planner, regressions, scaling
-from service.analytics.recommend import parse_model_params
+from service.analytics.target import parse_model_params
 from service.api.deps import SessionDep
 from service.api.security import READ
 from service.api.target import model_query

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import pydantic_core
 from fastapi import APIRouter, Header, Query, Request, Response
 
-from service import store
+from service import lifecycle, store
 from service.api.deps import DatabaseDep, SessionDep, SettingsDep
 from service.api.responses import model_response
 from service.api.security import READ, WRITE
@@ -107,8 +107,12 @@ async def post_runs(
             response.headers["Preference-Applied"] = "return=minimal"
             return response
         if batch:
-            return model_response(StoredRuns, {"runs": stored, "created": created, "existing": existing}, status)
-        return model_response(RunOut, stored[0], status)
+            return model_response(StoredRuns, {"runs": present(stored), "created": created, "existing": existing},
+                                  status)
+        return model_response(RunOut, present(stored)[0], status)
+
+    def present(stored: list) -> list:
+        return lifecycle.present(stored, lifecycle.utcnow(), settings.lost_after_s)
 
     return await run_in_threadpool(lambda: respond(*store.ingest(db, records)))
 
@@ -116,6 +120,7 @@ async def post_runs(
 @router.get("/runs", response_model=RunsPage, dependencies=[READ])
 def list_runs(
     session: SessionDep,
+    settings: SettingsDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(max_length=500)] = None,
     sort: Annotated[
@@ -153,6 +158,8 @@ def list_runs(
     error_class: str | None = None,
     fingerprint: str | None = None,
     run_key: str | None = None,
+    sweep: Annotated[str | None, Query(max_length=200, description="runs of this sweep (by name)")] = None,
+    tag: Annotated[str | None, Query(min_length=1, max_length=100, description="runs carrying this tag")] = None,
     started_after: datetime | None = None,
     started_before: datetime | None = None,
     retired: Annotated[bool | None, Query(description="true: retired runs only; false: runs not retired; "
@@ -160,9 +167,12 @@ def list_runs(
                                                       "retired_reason)")] = None,
 ) -> Response:
     """Runs matching every given filter (equality; `name_prefix`: names starting with it;
-    `retired`), `limit` per page (≤ 1,000), keyset cursor.
+    `retired`; `tag`: runs whose tags include it; `sweep`: the runs of a sweep), `limit` per page
+    (≤ 1,000), keyset cursor.
 
     Body: `{"runs": [...], "next_cursor": str | null, "total": N}` where `total` counts all matches.
+    `status=running` / `status=lost`: the open runs with a recent / a stale heartbeat (lost_after_s,
+    SCALEBOOK_LOST_AFTER_S); a lost run reads `lost` in every answer.
     `gpu_type` and `precision` accept catalog aliases ("h100_80gb", "torch.bfloat16", "half"); `model_params`
     accepts "8B", "350M", "1.34B", and a bare number below 10,000 as billions ("8" = 8B), as /recommend
     does (`core.record.parse_param_count`, the one parser). A query
@@ -192,14 +202,19 @@ def list_runs(
         filters["gpu_type"] = hardware.canonical_gpu_type(gpu_type) or gpu_type
     if precision:
         filters["precision"] = hardware.canonical_precision(precision)
+    now = lifecycle.utcnow()
     runs, next_cursor, total = store.list_runs(session, filters, sort=sort, limit=limit, cursor=cursor,
                                                started_after=started_after, started_before=started_before,
                                                name_prefix=name_prefix, retired=retired,
-                                               size_range=size_range)
-    return model_response(RunsPage, {"runs": runs, "next_cursor": next_cursor, "total": total})
+                                               size_range=size_range, tag=tag,
+                                               lost_cutoff=lifecycle.lost_cutoff(now, settings.lost_after_s))
+    return model_response(RunsPage, {"runs": lifecycle.present(runs, now, settings.lost_after_s),
+                                     "next_cursor": next_cursor, "total": total})
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, responses={404: {"model": ErrorBody}}, dependencies=[READ])
-def get_run(run_id: int, session: SessionDep) -> Response:
-    """One stored run by id; 404 with the error body when absent."""
-    return model_response(RunOut, store.get_run(session, run_id))
+def get_run(run_id: int, session: SessionDep, settings: SettingsDep) -> Response:
+    """One stored run by id; 404 with the error body when absent. A running run whose last heartbeat is
+    older than lost_after_s reads `lost`."""
+    run = store.get_run(session, run_id)
+    return model_response(RunOut, lifecycle.present([run], lifecycle.utcnow(), settings.lost_after_s)[0])

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from service.analytics import sql as user_sql
 from service.api.deps import DatabaseDep, SettingsDep
 from service.api.security import READ
+from service.lifecycle import lost_cutoff, utcnow
 from service.schemas import ErrorBody
 
 router = APIRouter(tags=["sql"])
@@ -51,10 +52,12 @@ async def run_sql(body: SqlQuery, db: DatabaseDep, settings: SettingsDep) -> JSO
     the … timeout"), at most SCALEBOOK_SQL_MAX_ROWS rows come back (`truncated: true` when more
     matched), an answer over SCALEBOOK_SQL_MAX_BYTES is refused (400) and the query gets
     SCALEBOOK_SQL_MEMORY_MB of memory (out of memory, stack depth: 400). Column names are the run
-    record's (DESIGN §2).
+    record's (DESIGN §2). `status` reads as GET /runs answers it: a running run whose last heartbeat is
+    older than SCALEBOOK_LOST_AFTER_S reads 'lost' (its stored status stays 'running').
     """
     result = await run_in_threadpool(user_sql.run_query, db, body.query,
                                      timeout_s=settings.sql_timeout_s, max_rows=settings.sql_max_rows,
                                      max_bytes=settings.sql_max_bytes, memory_mb=settings.sql_memory_mb,
-                                     reader_url=settings.sql_database_url)
+                                     reader_url=settings.sql_database_url,
+                                     lost_cutoff=lost_cutoff(utcnow(), settings.lost_after_s))
     return JSONResponse(content=result)

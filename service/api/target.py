@@ -9,6 +9,7 @@ from fastapi import Depends, Query
 from service import limits as L
 from service.analytics import recommend as rec
 from service.analytics.on_target import names_family
+from service.analytics.target import parse_model_params
 
 SIZE_HELP = ("8B | 1.34B | 8e9 | 8030261248. A round size (8B, 70B: at most 2 significant figures) names the "
              "heatmap's size family (8B: the 7–8B row, 8.03B and 8.86B models alike); a more precise one, or the "
@@ -46,7 +47,7 @@ def target_query(
 ) -> rec.Target:
     """rec.Target from the query; 422 naming the field for a size or cluster beyond service/limits.py."""
     L.check_parallelism({"nodes": nodes, "gpus_per_node": gpus_per_node})
-    params = rec.parse_model_params(model_params)
+    params = parse_model_params(model_params)
     L.check_model_params(params)
     return rec.Target(model_params=params, nodes=nodes, gpus_per_node=gpus_per_node, gpu_type=gpu_type,
                       seq_len=seq_len, global_batch_tokens=global_batch_tokens, family=names_family(model_params),

@@ -14,6 +14,7 @@ from service.cli import (  # noqa: F401  (register the commands)
     predict_cmds,
     runs_cmds,
     server,
+    sweep_cmds,
 )
 from service.cli.base import app
 
