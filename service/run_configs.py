@@ -1,5 +1,5 @@
 """run_configs: the per-configuration summary of the successful runs, kept by the database in the same
-transaction as the runs it derives from (DESIGN §5; migration 0017).
+transaction as the runs it derives from (DESIGN §5; migration 0018).
 
 One row per configuration (CONFIG_COLS: hardware, framework, precision, model, seq_len, nodes and
 the parallel layout) of the runs that MEMBERSHIP admits — successful (`running`, `lost` and failed
@@ -24,7 +24,7 @@ Every write path keeps it, in its own transaction:
   status change): `with refreshing(session, conditions): <the change>` recomputes from `runs`
   the groups of the runs the conditions choose, before and after the change (rebuild() past
   MAX_REFRESH_GROUPS groups);
-- `scalebook db rebuild-configs` and migration 0017: rebuild(), the whole table from `runs` (for
+- `scalebook db rebuild-configs` and migration 0018: rebuild(), the whole table from `runs` (for
   writes made behind scalebook's back with outside SQL).
 `recompute(session)` is what rebuild() writes, for tests: run_configs must equal it.
 """

@@ -163,7 +163,7 @@ Index("ix_runs_sweep", Run.sweep).ddl_if(dialect="postgresql")
 Index("ix_runs_open", Run.last_heartbeat_at, postgresql_include=["id"],
       postgresql_where=Run.status == "running").ddl_if(dialect="postgresql")
 # the recommender's recorded OOMs (recommend._oom_rows): an index-only scan (0010). (ix_runs_config, the covering
-# index of the per-request configuration aggregate, went with 0017: run_configs holds that aggregate.)
+# index of the per-request configuration aggregate, went with 0018: run_configs holds that aggregate.)
 Index("ix_runs_oom", Run.gpu_type, Run.model_size_class, Run.seq_len, Run.dp, Run.tp, Run.pp, Run.cp, Run.zero_stage,
       Run.micro_batch_size, Run.recompute, postgresql_include=["id"],
       postgresql_where=sa.and_(Run.status == "oom", Run.retired_at.is_(None))).ddl_if(dialect="postgresql")

@@ -213,8 +213,8 @@ def test_database_filled_at_earlier_revision_upgrades_intact(empty_url, revision
         assert _snapshot(db, columns) == before
         with db.engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM api_tokens")).scalar() == 1
-        assert "run_configs_state" not in sa.inspect(db.engine).get_table_names()  # 0006 (run_configs: 0017)
-        with db.session() as session:  # 0017 filled the summary from the runs stored
+        assert "run_configs_state" not in sa.inspect(db.engine).get_table_names()  # 0006 (run_configs: 0018)
+        with db.session() as session:  # 0018 filled the summary from the runs stored
             assert run_configs.stored(session) == run_configs.recompute(session)
         # and the upgraded database takes new runs through today's code
         with db.session(write=True) as session:
@@ -299,7 +299,7 @@ def test_recommender_indexes_follow_its_group_by_keys():
     """ix_runs_oom (PostgreSQL) is keyed by the GROUP BY key of the query it serves, in its order (what
     lets PostgreSQL group the index entries without sorting); run_configs has the configuration
     columns of the throughput fit's GROUP BY key (ix_runs_config, which served that aggregate per
-    request, went with 0017)."""
+    request, went with 0018)."""
     from service.analytics import throughput as th
     from service.tables import Run, RunConfig
 

@@ -1,5 +1,5 @@
 """run_configs, the per-configuration summary kept in the write transaction (service/run_configs.py,
-migration 0017; issue 25 item 4), on both backends: after every write path — batches, single runs, a
+migration 0018; issue 25 item 4), on both backends: after every write path — batches, single runs, a
 resend, retire, un-retire, delete, concurrent writers — it equals a recompute from `runs`, and the
 recommender reads the same rows from it as from the per-request aggregate it replaces."""
 
@@ -166,7 +166,7 @@ def test_rebuild_configs_command(database, synthetic, db_url, monkeypatch):
 
 
 def test_python_and_sql_keys_agree(database, synthetic):
-    """key_of (the DuckDB insert path's key) == KEY_SQL (refresh, rebuild, migration 0017, PostgreSQL's
+    """key_of (the DuckDB insert path's key) == KEY_SQL (refresh, rebuild, migration 0018, PostgreSQL's
     insert path) for every configuration stored, and for the values whose text differs between the
     backends (a whole float: PostgreSQL 470, DuckDB 470.0; booleans; NULLs)."""
     store.ingest(database, synthetic)

@@ -15,15 +15,15 @@ reader left and is dropped (one index fewer for every insert); downgrade re-crea
 The SQL here is a frozen copy of service/run_configs.py's at this revision (a migration does not
 follow later code).
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-11-26 17:00:00
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0017'
-down_revision = '0016'
+revision = '0018'
+down_revision = '0017'
 branch_labels = None
 depends_on = None
 
