@@ -23,6 +23,10 @@ with its label and source. Its ``split`` column says when a line was collected:
   the host-memory lines of ``before``/``after3`` were relabelled ``oom_host`` and DeepSpeed's "loss scale
   already at minimum" / detectron2's "Loss became infinite or NaN" ``divergence``.
 
+- ``issue27-dev2``: a second development round (TensorFlow's "Model diverged with loss = NaN" /
+  NanLossDuringTrainingError, TCPStore "connect() timed out", the driver's "RmInitAdapter failed"),
+  in-sample; ``bench/data/heldout/failure_lines_2.csv`` was collected after these rules and scores them.
+
 Issue 27's held-out set (lines and whole logs collected before the rules saw them, never tuned on) is
 ``bench/data/heldout/`` and is scored by ``bench/heldout_logs.py``.
 

@@ -9,7 +9,9 @@ not the labelled one -- a config fact must be equal, a metric must lie within th
 values the excerpt prints (0.5 % slack for the printed rounding), in run-record units (MFU a
 fraction, memory GiB, step time s).
 
-Lines (``failure_lines.csv``): ``classify_line`` against the hand label.
+Lines (``failure_lines.csv``, frozen before issue 27's rules ran on them; ``failure_lines_2.csv``, a second
+set frozen after the second round of development rules and before they ran on it): ``classify_line``
+against the hand label.
 
 Usage: python bench/heldout_logs.py [--details]   (prints the figures; --details lists every miss)
 """
@@ -78,9 +80,9 @@ def score_logs(details: bool) -> dict[str, Any]:
     return out
 
 
-def score_lines(details: bool) -> dict[str, Any]:
-    """Lines classified right over failure_lines.csv."""
-    with open(DATA / "failure_lines.csv", newline="", encoding="utf-8") as fh:
+def score_lines(details: bool, name: str = "failure_lines.csv") -> dict[str, Any]:
+    """Lines classified right over one held-out line file."""
+    with open(DATA / name, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     right = 0
     for row in rows:
@@ -105,6 +107,9 @@ def main() -> int:
           f"({100 * logs['stored'] / max(logs['stated'], 1):.0f} %), wrong {logs['wrong']}")
     print(f"failure lines: {lines['right']}/{lines['lines']} classified right "
           f"({100 * lines['right'] / max(lines['lines'], 1):.0f} %)")
+    second = score_lines(args.details, "failure_lines_2.csv")
+    print(f"failure lines, second set: {second['right']}/{second['lines']} classified right "
+          f"({100 * second['right'] / max(second['lines'], 1):.0f} %)")
     return 0
 
 

@@ -229,6 +229,8 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"uncorrectable NVLink error|NVLink: fatal error",
             r"row remapp\w* fail",
             r"HW Exception by GPU",
+            # the driver failing to bring a GPU up (NVRM: "RmInitAdapter failed!", "Cannot attach gpu")
+            r"RmInitAdapter failed|Cannot attach gpu",
             flags=_I,
         ),
     ),
@@ -295,6 +297,10 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"loss scale (?:is )?already at (?:its )?minimum",
             r"Minimum loss scale reached",
             r"Loss became infinite or NaN",
+            # TensorFlow's NanTensorHook ("Model diverged with loss = NaN.", NanLossDuringTrainingError:
+            # "NaN loss during training."), scikit-neuralnetwork ("Training diverged and returned NaN.")
+            r"\b(?:model|loss|training)\s+diverged\b",
+            r"NanLossDuringTrainingError|NaN loss during training",
             # "Loss is NaN", "loss is nan, stopping training", "grad norm is inf", "The loss returned in
             # `training_step` is nan", "loss went NaN"
             r"\b(?:loss|grad(?:ient)?s?[ _]norm)\b[^|\n]{0,40}?\b(?:is|are|became|was|went|got|turned)\s+"
@@ -348,6 +354,8 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             # JAX / XLA's coordination service: "DEADLINE_EXCEEDED: Barrier timed out. Barrier_id:
             # PjRT_Client_Connect"
             r"DEADLINE_EXCEEDED: Barrier timed out",
+            # the TCPStore client of init_process_group (torch/distributed/rendezvous.py) giving up
+            r"(?:RuntimeError|DistNetworkError): (?:connect\(\) timed out|Connection timed out\s*$)",
             flags=_I,
         ),
     ),
@@ -510,6 +518,7 @@ _KEYWORDS = (
     "core dumped", "srun", "slurmstepd", "[e", "alloc", "retcode", "res=", "exhausted", "barrier", "killed", "aborted",
     "nan", "infinite", "non-finite", "nonfinite", "is inf", "loss scale", "divisib", "multiple of", "not equal to",
     "invalid parallel", "node failure", "node_fail", "not responding", "memoryerror", "memory limit", "net/ofi",
+    "diverged", "attach gpu",
 )
 
 

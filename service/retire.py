@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from service.errors import BadRequest
 from service.store import FILTER_COLUMNS
-from service.tables import Run
+from service.tables import Run, RunStep
 
 _INT_COLUMNS = ("nodes", "gpus_per_node", "world_size", "seq_len", "dp", "tp", "pp", "cp", "ep", "zero_stage",
                 "micro_batch_size", "grad_accum_steps", "model_params", "global_batch_tokens")
@@ -106,4 +106,5 @@ def delete(session: Session, ids: list[int] | None, filters: dict[str, Any] | No
     chosen = matching_ids(session, ids, filters)
     if chosen:
         session.execute(sa.delete(Run).where(*conditions(ids, filters), Run.id.in_(chosen)))
+        session.execute(sa.delete(RunStep).where(RunStep.run_id.in_(chosen)))  # a live run's series goes with it
     return chosen

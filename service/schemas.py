@@ -189,6 +189,50 @@ class RunOut(RunIn):
         return as_utc(v)
 
 
+class StepFigures(BaseModel):
+    """The figures of one optimizer step (core/steps.py STEP_METRICS). Units in the names; mfu a fraction."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    step_time_s: float | None = Field(default=None, gt=0, description="seconds for this optimizer step")
+    tokens_per_sec_per_gpu: float | None = Field(default=None, ge=0)
+    tflops_per_gpu: float | None = Field(default=None, ge=0)
+    mfu: float | None = Field(default=None, ge=0, le=1, description="fraction in [0, 1]")
+    loss: float | None = None
+    grad_norm: float | None = Field(default=None, ge=0)
+    learning_rate: float | None = Field(default=None, ge=0)
+    peak_memory_gib: float | None = Field(default=None, ge=0, description="per GPU, GiB (2**30 bytes)")
+    recorded_at: datetime | None = Field(default=None, description="when the job measured it (ISO 8601; naive = UTC)")
+
+    @field_validator("recorded_at")
+    @classmethod
+    def _utc_naive(cls, v: datetime | None) -> datetime | None:
+        if v is not None and v.tzinfo is not None:
+            try:
+                v = v.astimezone(UTC).replace(tzinfo=None)
+            except OverflowError as exc:
+                raise ValueError(f"{v.isoformat()} is outside the representable UTC range") from exc
+        return v
+
+
+class StepIn(StepFigures):
+    """One optimizer step of a live run (core/steps.py STEP_FIELDS): its number and figures."""
+
+    step: int = Field(ge=0, le=INT64_MAX, description="optimizer step number")
+
+
+class StepOut(StepIn):
+    """A stored step: as sent, and when it arrived."""
+
+    recorded_at: UtcDatetime | None = None
+    received_at: UtcDatetime
+
+    @field_validator("recorded_at")
+    @classmethod
+    def _utc_naive(cls, v: datetime | None) -> datetime | None:  # stored naive UTC, sent with its offset
+        return as_utc(v)
+
+
 class RunBatch(BaseModel):
     """`{"runs": [...]}`: up to SCALEBOOK_MAX_BATCH_RUNS records, stored all-or-nothing."""
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from core.record import RUNNING
-from service import bulk, derive, lifecycle
+from service import bulk, derive, lifecycle, steps
 from service.db import Database, json_list_contains, locked
 from service.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from service.schemas import RunIn
@@ -177,6 +177,7 @@ def _finish_open_runs(session: Session, payloads: dict[str, Any], by_key: dict[s
         stated = as_reported({f: getattr(run, f) for f in REPORTED_FIELDS if getattr(run, f) is not None})
         merged = {**stated, **payload, "extra": {**(stated.get("extra") or {}), **(payload.get("extra") or {})}}
         merged["extra"] = merged["extra"] or None
+        merged = steps.with_headline(session, run.id, merged)  # a series and no headline: its steady median
         try:
             row = validate_records([merged])[0]
         except ValidationFailed as exc:
@@ -337,6 +338,14 @@ def list_runs(session: Session, filters: dict[str, Any], *, sort: str = "id", li
         last = runs[-1]
         next_cursor = _encode_cursor(getattr(last, col_name), last.id)
     return runs, next_cursor, int(total or 0)
+
+
+def open_runs(session: Session, lost_cutoff: datetime, status: str | None = None, limit: int = 200) -> list[Run]:
+    """The open runs (stored `running`), most recently heard from first; `status` "running" / "lost"
+    keeps those that read so at `lost_cutoff` (service/lifecycle.py). At most `limit`."""
+    cond = lifecycle.status_condition(status, lost_cutoff) if status else Run.status == RUNNING
+    return list(session.scalars(sa.select(Run).where(cond)
+                                .order_by(Run.last_heartbeat_at.desc().nulls_last(), Run.id.desc()).limit(limit)))
 
 
 def naive_utc(moment: datetime) -> datetime:

@@ -174,6 +174,28 @@ Index("ix_runs_oom", Run.gpu_type, Run.model_size_class, Run.seq_len, Run.dp, Ru
       postgresql_where=sa.and_(Run.status == "oom", Run.retired_at.is_(None))).ddl_if(dialect="postgresql")
 
 
+class RunStep(Base):
+    """One optimizer step of a live run (DESIGN §9, core/steps.py's STEP_FIELDS): the series behind the
+    run page's plot, its jitter and stragglers, and the headline of a run that reports none. Keyed by
+    (run_id, step): a step sent twice (a retry, the spool's replay) is stored once. At most
+    SCALEBOOK_MAX_STEPS_PER_RUN per run (service/steps.py thins the series evenly beyond it)."""
+
+    __tablename__ = "run_steps"
+
+    run_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    step: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    received_at: Mapped[datetime] = mapped_column(DateTime, nullable=False)
+    recorded_at: Mapped[datetime | None] = mapped_column(DateTime)
+    step_time_s: Mapped[float | None] = mapped_column(Double)
+    tokens_per_sec_per_gpu: Mapped[float | None] = mapped_column(Double)
+    tflops_per_gpu: Mapped[float | None] = mapped_column(Double)
+    mfu: Mapped[float | None] = mapped_column(Double)
+    loss: Mapped[float | None] = mapped_column(Double)
+    grad_norm: Mapped[float | None] = mapped_column(Double)
+    learning_rate: Mapped[float | None] = mapped_column(Double)
+    peak_memory_gib: Mapped[float | None] = mapped_column(Double)
+
+
 class ApiToken(Base):
     """An API token, stored as a SHA-256 hash; the plain token is shown once at creation."""
 
@@ -235,8 +257,8 @@ class SweepLease(Base):
     config_key: Mapped[str] = mapped_column(String(200), nullable=False)  # core.rules.config_label
     attempt: Mapped[int] = mapped_column(Integer, nullable=False)  # 1, or 2 for a lost lease's second try
     # the budget slot, 1..budget: unique per (sweep, slot, attempt), so concurrent agents cannot overrun
-    # the budget either (migration 0015)
-    slot: Mapped[int | None] = mapped_column(Integer)  # always set by the write path (nullable: 0015)
+    # the budget either (migration 0017)
+    slot: Mapped[int | None] = mapped_column(Integer)  # always set by the write path (nullable: 0017)
     run_key: Mapped[str] = mapped_column(String(200), nullable=False)
     config: Mapped[dict] = mapped_column(JSON, nullable=False)  # CONFIG_FIELDS
     # the throughput model's figures for the configuration when it was handed out (null: no model yet)

@@ -146,3 +146,87 @@ def test_analytics_leave_open_runs_out(client, database):
     client.post("/api/v1/runs", json={"run_key": "live-1", "status": "success", "tokens_per_sec_per_gpu": 4000.0})
     cells = client.get("/api/v1/heatmap").json()["cells"]
     assert [(c["n_success"], c["n_oom"], c["n_failed"]) for c in cells] == [(1, 0, 0)]  # the lost run is no failure
+
+
+# ------------------------------------------------------------------------------------------ steps
+def series(n: int, start: int = 0, tps: float = 4000.0, slow: dict[int, float] | None = None) -> list[dict]:
+    """n steps from `start`: the first two a slow warm-up, then a steady `tps` (±1 %), `slow` {step: factor}."""
+    out = []
+    for i in range(start, start + n):
+        factor = 0.5 if i < 2 else 1.0 + 0.01 * ((i % 3) - 1)
+        factor /= (slow or {}).get(i, 1.0)
+        out.append({"step": i, "tokens_per_sec_per_gpu": tps * factor, "step_time_s": 2.0 / factor,
+                    "loss": 10.0 - 0.01 * i, "peak_memory_gib": 50.0 + (i == 5)})
+    return out
+
+
+def test_steps_stored_once_and_headline_derived_from_steady_state(client):
+    from core.steps import WARMUP_RULE, headline
+
+    opened = client.post("/api/v1/runs", json=OPEN).json()
+    first = client.post("/api/v1/runs/live-1/steps", json={"steps": series(20)})
+    assert first.status_code == 200, first.text
+    assert first.json() == {"run_id": opened["id"], "received": 20, "created": 20, "thinned": 0}
+    again = client.post("/api/v1/runs/live-1/steps", json={"steps": series(20)})  # a replay
+    assert again.json()["created"] == 0
+    beat = client.post("/api/v1/runs/live-1/heartbeat", json={"step": 20, "loss": 9.7, "step_time_s": 2.0,
+                                                              "tokens_per_sec_per_gpu": 4000.0})
+    assert beat.status_code == 200, beat.text
+    got = client.get(f"/api/v1/runs/{opened['id']}/steps").json()
+    assert [s["step"] for s in got["steps"]] == list(range(21))
+    summary = got["summary"]
+    assert summary["warmup_steps"] == 3 and summary["steady_steps"] == 18 and summary["rule"] == WARMUP_RULE
+    assert summary["stragglers"] == [] and 0 < summary["jitter_step_time"] < 0.02
+    live = client.get("/api/v1/live").json()
+    assert [(r["run"]["run_key"], r["last_step"]["step"]) for r in live["runs"]] == [("live-1", 20)]
+
+    done = client.post("/api/v1/runs", json={"run_key": "live-1", "status": "success"})
+    assert done.status_code == 200, done.text
+    body = done.json()
+    stored = [s for s in got["steps"]]
+    expected = headline(stored)
+    assert body["tokens_per_sec_per_gpu"] == pytest.approx(expected["tokens_per_sec_per_gpu"])
+    assert body["tokens_per_sec_per_gpu"] == pytest.approx(4000.0)  # the warm-up's 2,000 tokens/s left out
+    assert body["peak_memory_gib"] == 51.0 and body["step_time_s"] == pytest.approx(2.0)
+    assert {"tokens_per_sec_per_gpu", "step_time_s", "peak_memory_gib"} <= set(body["extra"]["derived_fields"])
+    assert body["extra"]["headline_from_steps"]["steps"] == 21 and body["mfu_derived"] > 0
+    assert client.post("/api/v1/runs", json={"run_key": "live-1", "status": "success"}).json() == body  # replay
+    replay = client.post("/api/v1/runs/live-1/steps", json={"steps": series(20)})
+    assert replay.status_code == 200 and replay.json()["created"] == 0  # the spool's replay of old steps
+    late = client.post("/api/v1/runs/live-1/steps", json={"steps": series(1, start=50)})
+    assert late.status_code == 409
+    assert client.get("/api/v1/live").json()["runs"] == []
+
+
+def test_reported_headline_wins_and_stragglers(client):
+    client.post("/api/v1/runs", json=OPEN)
+    client.post("/api/v1/runs/live-1/steps", json={"steps": series(30, slow={12: 3.0, 25: 2.5})})
+    run_id = client.get("/api/v1/runs").json()["runs"][0]["id"]
+    assert client.get(f"/api/v1/runs/{run_id}/steps").json()["summary"]["stragglers"] == [12, 25]
+    done = client.post("/api/v1/runs", json={"run_key": "live-1", "status": "success",
+                                             "tokens_per_sec_per_gpu": 3900.0}).json()
+    assert done["tokens_per_sec_per_gpu"] == 3900.0  # as reported
+    assert "tokens_per_sec_per_gpu" not in done["extra"]["derived_fields"]
+
+
+def test_steps_bounded_per_run(database):
+    from fastapi.testclient import TestClient
+
+    from service.api import create_app
+    from service.settings import Settings
+
+    with TestClient(create_app(database, Settings(database_url=None, max_steps_per_run=50))) as client:
+        client.post("/api/v1/runs", json=OPEN)
+        stored = client.post("/api/v1/runs/live-1/steps", json={"steps": series(80)}).json()
+        assert stored["created"] == 80 and stored["thinned"] > 0
+        run_id = stored["run_id"]
+        steps = [s["step"] for s in client.get(f"/api/v1/runs/{run_id}/steps").json()["steps"]]
+        assert len(steps) <= 50 and steps[0] == 0 and steps[-1] == 79  # the whole span, evenly thinner
+
+
+def test_steps_errors(client):
+    assert client.post("/api/v1/runs/nope/steps", json={"steps": series(2)}).status_code == 404
+    client.post("/api/v1/runs", json=OPEN)
+    assert client.post("/api/v1/runs/live-1/steps", json={"steps": [{"loss": 1.0}]}).status_code == 422
+    assert client.post("/api/v1/runs/live-1/heartbeat", json={"loss": 1.0}).status_code == 422  # figures need a step
+    assert client.post("/api/v1/runs/live-1/steps", json={"steps": [{"step": 1, "mfu": 2.0}]}).status_code == 422

@@ -207,3 +207,61 @@ def test_a_value_printed_twice_differently_is_left_out():
     record = parse_log("--micro-batch-size 2\nmicro_batch_size: 4\nstep: 1, tokens_per_sec_per_gpu: 100\n")
     assert "micro_batch_size" not in record
     assert record["extra"]["conflicting_facts"]["micro_batch_size"] == [2, 4]
+
+
+# LitGPT (litgpt/pretrain.py fit(): "Epoch {e} | iter {i} step {s} | loss train: ..., val: ... | iter time:
+# {ms:.2f} ms (step) remaining time: ..." and at the end "Memory used: {max_memory_allocated() / 1e9:.02f} GB")
+LITGPT = "\n".join(
+    [f"Epoch 1 | iter {i} step {i // 2} | loss train: 3.{i:03d}, val: n/a | iter time: {100 + i % 2 * 80:.2f} ms"
+     f"{' (step)' if i % 2 else ''} remaining time: 0:10:00" for i in range(1, 9)]
+    + ["Training time: 123.45s", "Memory used: 21.47 GB"])
+# Hugging Face Trainer's banner (transformers/trainer.py _inner_training_loop) under Accelerate's state
+HF_BANNER = """Distributed environment: MULTI_GPU  Backend: nccl
+Num processes: 8
+***** Running training *****
+  Num examples = 52,002
+  Num Epochs = 3
+  Instantaneous batch size per device = 4
+  Total train batch size (w. parallel, distributed & accumulation) = 128
+  Gradient Accumulation steps = 4
+  Total optimization steps = 1,218
+{'loss': 1.2, 'grad_norm': 0.9, 'epoch': 0.1, 'num_input_tokens_seen': 409600, 'throughput': 10240.5}
+"""
+# torchrun's elastic agent launch configs, as printed in https://github.com/pytorch/pytorch/issues/79388
+TORCHRUN_CONFIGS = """INFO:torch.distributed.launcher.api:Starting elastic_operator with launch configs:
+  entrypoint       : launch_mnist.py
+  min_nodes        : 2
+  max_nodes        : 2
+  nproc_per_node   : 4
+  rdzv_backend     : c10d
+step: 1, tokens_per_sec_per_gpu: 100
+"""
+# torchtune (torchtune/training/metric_logging.py DiskLogger/StdoutLogger with log_peak_memory_stats)
+TORCHTUNE_MEMORY = "\n".join(f"Step {i} | loss:1.{i} lr:2e-05 tokens_per_second_per_gpu:{400 + i} "
+                             f"peak_memory_active:20.{i} peak_memory_alloc:20.{i} peak_memory_reserved:24.{i}"
+                             for i in range(1, 6))
+
+
+def test_litgpt_iteration_times_are_kept_as_iterations_not_steps():
+    record = parse_log(LITGPT)
+    assert record["status"] == "success" and "step_time_s" not in record
+    assert record["extra"]["iter_time_s"] == pytest.approx(0.1)  # iterations 4-8: 100, 180, 100, 180, 100 ms
+    assert record["peak_memory_gib"] == pytest.approx(21.47e9 / 2**30, rel=1e-4)  # decimal GB
+
+
+def test_hf_trainer_banner_states_batch_and_processes():
+    record = parse_log(HF_BANNER)
+    assert (record["world_size"], record["micro_batch_size"], record["grad_accum_steps"]) == (8, 4, 4)
+    assert record["extra"]["global_batch_samples"] == 128 and record["extra"]["tokens_per_sec"] == 10240.5
+    assert record["status"] == "success" and "tokens_per_sec_per_gpu" not in record  # scope not stated
+
+
+def test_torchrun_launch_configs_state_nodes_and_gpus_per_node():
+    record = parse_log(TORCHRUN_CONFIGS)
+    assert (record["nodes"], record["gpus_per_node"]) == (2, 4)
+    assert "nodes" not in parse_log(TORCHRUN_CONFIGS.replace("max_nodes        : 2", "max_nodes        : 4"))
+
+
+def test_torchtune_memory_is_gib_without_a_unit():
+    record = parse_log(TORCHTUNE_MEMORY)
+    assert record["peak_memory_gib"] == pytest.approx(20.5) and record["reserved_memory_gib"] == pytest.approx(24.5)

@@ -357,3 +357,42 @@ def test_0012_gated_linear_unit_backfills_nanotron_rows_and_downgrades(empty_url
             assert conn.execute(sa.text("SELECT count(*) FROM runs")).scalar() == 6
     finally:
         db.dispose()
+
+
+def test_0015_relabels_stored_runs_with_the_new_failure_classes(empty_url):
+    """0015 (issue 27): stored runs whose message is a host OOM kill, a divergence, a refused layout or a
+    lost node take the new class (status unchanged); other runs keep theirs; the downgrade maps back."""
+    db = Database(empty_url)
+    try:
+        db.upgrade("0014")
+        base = _insert_runs(db, 1, seed=14)[0]
+        cases = {  # run_key: (status, class before, message, class after)
+            "host": ("oom", "oom_gpu", "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=9411285.0.",
+                     "oom_host"),
+            "gpu": ("oom", "oom_gpu", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                    "oom_gpu"),
+            "scale": ("failed", "unknown", "Exception: Current loss scale already at minimum - cannot decrease "
+                      "scale anymore. Exiting run.", "divergence"),
+            "layout": ("failed", "unknown", "AssertionError: 96 is not divisible by 64", "invalid_config"),
+            "node": ("failed", "scheduler_cancelled", "slurmstepd: error: *** JOB 313 ON hgx-17 CANCELLED AT "
+                     "2025-01-20T17:45:02 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***", "node_failure"),
+            "other": ("failed", "unknown", "ValueError: something else", "unknown"),
+        }
+        table = sa.Table("runs", sa.MetaData(), autoload_with=db.engine)
+        rows = [{**base, "run_key": key, "status": status, "error_class": before, "error_message": message}
+                for key, (status, before, message, _) in cases.items()]
+        with db.engine.begin() as conn:
+            conn.execute(table.delete())
+            conn.execute(table.insert(), rows)
+        db.upgrade("0015")
+        with db.engine.connect() as conn:
+            got = {k: (s, c) for k, s, c in conn.execute(sa.text("SELECT run_key, status, error_class FROM runs"))}
+        assert got == {key: (status, after) for key, (status, _, _, after) in cases.items()}
+        db.dispose()
+        command.downgrade(alembic_config(empty_url), "0014")
+        db = Database(empty_url)
+        with db.engine.connect() as conn:
+            back = dict(conn.execute(sa.text("SELECT run_key, error_class FROM runs")).all())
+        assert back == {key: before for key, (_, before, _, _) in cases.items()}
+    finally:
+        db.dispose()

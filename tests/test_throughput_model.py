@@ -54,7 +54,9 @@ def test_the_input_embedding_costs_no_flops():
 
 def test_the_fit_keeps_the_configurations_that_compete_in_their_cell():
     def row(nodes: int, tps: float, mbs: int) -> dict:
-        return _cfg(nodes=nodes, dp=8 * nodes, micro_batch_size=mbs, tokens_per_sec_per_gpu=tps)
+        # one global batch per node count (dp · mbs · gas), as a sweep's cell has
+        return _cfg(nodes=nodes, dp=8 * nodes, micro_batch_size=mbs, grad_accum_steps=8 // mbs,
+                    tokens_per_sec_per_gpu=tps)
 
     rows = [row(1, 40_000, 1), row(1, 39_000, 2), row(1, 20_000, 4),   # the last: half its cell's best
             row(2, 30_000, 1), row(2, 29_000, 2)]
@@ -223,3 +225,27 @@ def test_the_interval_widens_with_the_distance_to_the_nearest_run_of_the_layout(
     lower, upper = interval_halves(0.05, 1.0, None)  # never recorded: unsupported
     assert lower >= UNSUPPORTED_LOWER > upper
     assert interval_halves(0.05, 1.0, SUPPORT_DISTANCE + 0.1)[0] >= UNSUPPORTED_LOWER
+
+
+def test_a_cell_is_one_target_at_one_global_batch():
+    """cell_key includes the tokens per optimizer step: a configuration at half the global batch
+    competes in its own cell (it is its best there), not against the full-batch runs."""
+    full = _cfg(micro_batch_size=1, grad_accum_steps=32, tokens_per_sec_per_gpu=40_000)
+    half = _cfg(micro_batch_size=1, grad_accum_steps=16, tokens_per_sec_per_gpu=20_000)
+    assert th.global_batch_tokens(full) == 8 * 1 * 32 * 4096
+    assert th.cell_key(full) != th.cell_key(half)
+    kept = th.competitive([(r, tt.terms(r)) for r in (full, half)])
+    assert len(kept) == 2
+
+
+def test_a_pathologically_slow_run_anchors_nothing():
+    """anchor.evidence_rows: a run below ANCHOR_FRACTION of its cell's best is not evidence; one
+    above it is; rows without a measurement are never evidence."""
+    from service.analytics import anchor
+
+    best = _cfg(micro_batch_size=1, tokens_per_sec_per_gpu=40_000)
+    ok = _cfg(micro_batch_size=2, grad_accum_steps=16, tokens_per_sec_per_gpu=0.6 * 40_000)
+    hung = _cfg(micro_batch_size=4, grad_accum_steps=8, tokens_per_sec_per_gpu=0.4 * 40_000)
+    unmeasured = _cfg(micro_batch_size=8, grad_accum_steps=4, tokens_per_sec_per_gpu=None)
+    kept = anchor.evidence_rows([best, ok, hung, unmeasured])
+    assert [r["micro_batch_size"] for r in kept] == [1, 2]

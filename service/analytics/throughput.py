@@ -238,11 +238,20 @@ def network_reference(rows: list[dict[str, Any]], gpu_type: str | None) -> tuple
     return statistics.median(by_nodes[n]), f"the all-reduce bandwidth recorded at {n} nodes (median)"
 
 
+def global_batch_tokens(r: dict[str, Any]) -> int | None:
+    """dp · micro_batch_size · grad_accum_steps · seq_len of a configuration row (tokens per optimizer
+    step), None when one is unknown."""
+    try:
+        return int(r["dp"]) * int(r["micro_batch_size"]) * int(r["grad_accum_steps"]) * int(r["seq_len"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def cell_key(r: dict[str, Any]) -> tuple:
     """The cell a configuration row competes in: GPU type, framework, precision, model, seq_len, nodes,
     gpus per node (the question "what is best for this target?" is asked per cell)."""
-    return tuple(r.get(c) for c in ("gpu_type", "framework", "precision", "model_params", "num_layers", "hidden_size",
-                                    "seq_len", "nodes", "gpus_per_node"))
+    return (*(r.get(c) for c in ("gpu_type", "framework", "precision", "model_params", "num_layers", "hidden_size",
+                                 "seq_len", "nodes", "gpus_per_node")), global_batch_tokens(r))
 
 
 def competitive(usable: list[tuple[dict[str, Any], Terms]]) -> list[tuple[dict[str, Any], Terms]]:
