@@ -107,6 +107,7 @@ class Run(Base):
 
     # derived, computed one way for every run (service/derive.py)
     model_size_class: Mapped[float | None] = mapped_column(Double)
+    is_moe: Mapped[bool | None] = mapped_column(Boolean, server_default=sa.false())  # core.model.is_moe (0013)
     mfu_derived: Mapped[float | None] = mapped_column(Double)
     hfu_derived: Mapped[float | None] = mapped_column(Double)
     mfu_method: Mapped[str | None] = mapped_column(String(64))
@@ -149,8 +150,9 @@ Index("ix_runs_best_mfu", Run.model_size_class, Run.nodes, func.coalesce(Run.mfu
 Index("ix_runs_best_tps_slice", Run.gpu_type, Run.seq_len, Run.model_size_class, Run.nodes,
       Run.tokens_per_sec_per_gpu.desc().nulls_last(), func.coalesce(Run.mfu_derived, Run.mfu).desc().nulls_last(),
       Run.id, postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
-# the heatmap's per-cell counts over the live runs (heatmap._cells_lateral): an index-only scan (0011)
-Index("ix_runs_cells", Run.model_size_class, Run.nodes, Run.status, postgresql_include=["gpu_type", "seq_len"],
+# the heatmap's per-cell counts over the live runs (heatmap._cells_lateral): an index-only scan (0011; is_moe 0013)
+Index("ix_runs_cells", Run.model_size_class, Run.is_moe, Run.nodes, Run.status,
+      postgresql_include=["gpu_type", "seq_len"],
       postgresql_where=sa.and_(Run.retired_at.is_(None), Run.model_size_class.is_not(None), Run.nodes.is_not(None))
       ).ddl_if(dialect="postgresql")
 # a sweep's runs (GET /sweeps/{name}, GET /runs?sweep=): PostgreSQL only — DuckDB cannot drop a column

@@ -396,3 +396,43 @@ def test_0015_relabels_stored_runs_with_the_new_failure_classes(empty_url):
         assert back == {key: before for key, (_, before, _, _) in cases.items()}
     finally:
         db.dispose()
+
+
+#: (model_name, ep, extra) of stored runs and whether they are mixture-of-experts (core.model.is_moe)
+_MOE_CASES = (
+    ("Qwen3_30B_a3B", 8, None), ("Qwen3-30B-A3B", None, None), ("Qwen3_235B_a22B (tokendrop)", 1, None),
+    ("GPT OSS 120B", 8, None), ("mixtral", None, {"num_experts": 8}), ("custom", None, {"moe": True}),
+    ("custom", None, {"active_params": 2_000_000_000}), ("MPT-30b", None, None), ("llama", 1, {"moe": False}),
+    ("llama", 1, {"num_experts": 0}), ("llama", None, {"active_params": "3B"}), ("Llama-3-8B", 1, None),
+    ("A100 run", 1, None), (None, None, None),
+)
+
+
+def test_0017_moe_flag_backfills_as_the_write_path_derives_it(empty_url):
+    """0017 adds runs.is_moe: each stored run gets the flag today's write path derives for the same
+    model name, EP and extra (core.model.is_moe, service/derive.py); the downgrade keeps the runs."""
+    from core.model import is_moe
+
+    db = Database(empty_url)
+    try:
+        db.upgrade("0016")
+        rows = _insert_runs(db, len(_MOE_CASES), seed=13)
+        table = sa.Table("runs", sa.MetaData(), autoload_with=db.engine)
+        with db.engine.begin() as conn:
+            for row, (name, ep, extra) in zip(rows, _MOE_CASES):
+                conn.execute(table.update().where(table.c.run_key == row["run_key"])
+                             .values(model_name=name, ep=ep, extra=extra))
+        db.upgrade("0017")
+        with db.engine.connect() as conn:
+            got = dict(conn.execute(sa.text("SELECT run_key, is_moe FROM runs")).all())
+        want = [is_moe({"model_name": name, "ep": ep}, extra) for name, ep, extra in _MOE_CASES]
+        assert [got[r["run_key"]] for r in rows] == want
+        assert want == [True] * 7 + [False] * 7
+        db.dispose()
+        command.downgrade(alembic_config(empty_url), "0016")
+        db = Database(empty_url)
+        assert "is_moe" not in {c["name"] for c in sa.inspect(db.engine).get_columns("runs")}
+        with db.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM runs")).scalar() == len(_MOE_CASES)
+    finally:
+        db.dispose()
