@@ -4,7 +4,8 @@ Standard library only (``ingest/`` must import without third-party packages).
 
 Line rules
 ----------
-:func:`classify_line` tries the rules of :data:`RULES` in order and returns the class of the first
+The patterns live in :mod:`ingest.failure_rules`. :func:`classify_line` tries the rules of
+:data:`RULES` in order and returns the class of the first
 rule that matches; the order *is* the precedence, most specific first:
 
 0. ANSI colour codes are removed; a line with none of the lower-case keywords of ``rules.KEYWORDS``
@@ -15,7 +16,8 @@ rule that matches; the order *is* the precedence, most specific first:
    ``*Warning``) -- torch prints TCPStore retry/teardown warnings ("Failed to check the "should
    dump" flag on TCPStore ... Connection reset by peer") in healthy runs; Python source lines
    quoted inside a traceback (``    raise ChildFailedError(``);
-2. ``scheduler_time_limit`` then ``scheduler_cancelled`` (Slurm ``*** JOB|STEP ... CANCELLED AT``
+2. ``scheduler_time_limit``, then ``node_failure`` (Slurm "Node failure on", ``NODE_FAIL``, "... DUE TO
+   NODE FAILURE", an srun task's ``Bus error``), then ``scheduler_cancelled`` (Slurm ``*** JOB|STEP ... CANCELLED AT``
    banners, PBS walltime, LSF ``TERM_RUNLIMIT``/``TERM_OWNER``): unambiguous, never wrap another error;
 3. ``gpu_hardware_fault`` (Xid, uncorrectable ECC, fallen off the bus, GPU lost) -- except the Xid
    codes that NVIDIA's Xid catalog attributes to the application, not the GPU: 31 (MMU fault: the
@@ -27,17 +29,23 @@ rule that matches; the order *is* the precedence, most specific first:
 5. ``oom_gpu_nccl_buffer``: NCCL's own allocations (``Failed to CUDA calloc``, ``NCCL WARN Cuda
    failure 'out of memory'``, ``ncclUnhandledCudaError ... out of memory``, ``[Rem Allocator]``);
    checked before the generic OOM and before the NCCL result codes;
-6. ``oom_gpu`` (``CUDA out of memory``, ``HIP out of memory``, ``OutOfMemoryError``, ``CUDA error:
-   out of memory``, ``CUBLAS_STATUS_ALLOC_FAILED``, XLA/TF ``failed to allocate ... from device``,
+6. ``oom_host`` (host memory: the allocator's ``DefaultCPUAllocator: can't allocate memory``, the
+   Linux OOM killer ``Out of memory: Killed process``, Slurm's cgroup ``Detected 1 oom-kill
+   event(s)`` / ``oom_kill event``, srun's ``task 0: Out Of Memory``, a job over its memory limit,
+   ``std::bad_alloc``, Python's ``MemoryError``; status ``oom``), then ``oom_gpu`` (``CUDA out of
+   memory``, ``HIP out of memory``, ``OutOfMemoryError``, ``CUDA error: out of memory``,
+   ``CUBLAS_STATUS_ALLOC_FAILED``, XLA/TF ``failed to allocate ... from device``,
    ``HIP_ERROR_OutOfMemory``, XLA's ``RESOURCE_EXHAUSTED`` (JAX / PyTorch-XLA on TPU: HBM; not
-   gRPC's ``StatusCode.RESOURCE_EXHAUSTED`` / "message larger than max", a message-size limit);
-   also host memory -- the allocator's ``DefaultCPUAllocator: can't allocate memory``, the Linux
-   OOM killer (``Out of memory: Killed process``), Slurm's cgroup OOM kill (``slurmstepd: error:
-   Detected 1 oom-kill event(s)`` / ``oom_kill event``) and srun's ``task 0: Out Of Memory``: the
-   taxonomy has no host-memory class, and the run's status is ``oom`` either way). PyTorch's
-   "Tried to allocate more than 1EB memory" is NOT an OOM: ``CUDACachingAllocator`` raises it for a
-   request of 2^60 bytes or more, i.e. a corrupted size (e.g. ``all_gather_object`` after ranks
-   desynchronised) -- ``unknown``;
+   gRPC's ``StatusCode.RESOURCE_EXHAUSTED`` / "message larger than max", a message-size limit).
+   PyTorch's "Tried to allocate more than 1EB memory" is NOT an OOM: ``CUDACachingAllocator`` raises
+   it for a request of 2^60 bytes or more, i.e. a corrupted size (e.g. ``all_gather_object`` after
+   ranks desynchronised) -- ``unknown``. These are the only classes a warning-level line may report
+   (Megatron-LM logs the OOM that ends a run as ``WARNING:megatron.core.utils:CUDA out of memory``);
+6b. ``divergence`` (the fp16 loss scale at its minimum, "Loss became infinite or NaN", "Loss is NaN",
+   Megatron's "found NaN in local grad norm", clip_grad_norm_'s non-finite norm, TensorFlow's "Model
+   diverged with loss = NaN"; status ``failed``) and ``invalid_config`` (a setup check refusing the
+   layout: "96 is not divisible by 64", "must be divisible by", DeepSpeed's batch check, torchtitan's
+   "Invalid parallel dims");
 7. ``rendezvous_failure`` (DistNetworkError, DistStoreError, Rendezvous*Error, c10d store and
    socket failures, including the TCPStore client's warning-level ``[c10d] recvValue failed on
    SocketImpl(...): Connection reset by peer`` -- the store is gone; its "retrying" lines and a
@@ -86,8 +94,9 @@ Root cause of a whole log
   ``rendezvous_failure``: the store's host process may be the one that died, and
   ``scheduler_cancelled``: srun cancels the whole step -- ``*** STEP 9411285.0 ON gpu20-15 CANCELLED
   AT ... ***`` -- once one task died, e.g. of an OOM kill) yields to a
-  process-local fault (``oom_gpu``, ``oom_gpu_nccl_buffer``, ``cuda_illegal_memory_access``,
-  ``gpu_hardware_fault``) found anywhere in the log: a dying process makes its peers time out and
+  process-local fault (:data:`PRIMARY_FAULTS`: ``oom_gpu``, ``oom_gpu_nccl_buffer``, ``oom_host``,
+  ``cuda_illegal_memory_access``, ``gpu_hardware_fault``, ``node_failure``, ``divergence``,
+  ``invalid_config``) found anywhere in the log: a dying process makes its peers time out and
   lose their connections, never the reverse, and interleaved multi-rank output does not guarantee
   that the dying rank's message is printed first. A timeout after an NCCL system or network error
   is won by that earlier error through the first-wins rule.
