@@ -296,8 +296,8 @@ class SweepLease(Base):
     config_key: Mapped[str] = mapped_column(String(200), nullable=False)  # core.rules.config_label
     attempt: Mapped[int] = mapped_column(Integer, nullable=False)  # 1, or 2 for a lost lease's second try
     # the budget slot, 1..budget: unique per (sweep, slot, attempt), so concurrent agents cannot overrun
-    # the budget either (migration 0018)
-    slot: Mapped[int | None] = mapped_column(Integer)  # always set by the write path (nullable: 0018)
+    # the budget either (migration 0019)
+    slot: Mapped[int | None] = mapped_column(Integer)  # always set by the write path (nullable: 0019)
     run_key: Mapped[str] = mapped_column(String(200), nullable=False)
     config: Mapped[dict] = mapped_column(JSON, nullable=False)  # CONFIG_FIELDS
     # the throughput model's figures for the configuration when it was handed out (null: no model yet)

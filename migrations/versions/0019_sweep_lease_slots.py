@@ -6,15 +6,15 @@ keeps them from one configuration (service/sweep_leases.py). Leases stored befor
 hand-out order (a second attempt takes its configuration's slot). The column stays nullable in the schema
 (DuckDB cannot ALTER … SET NOT NULL on an indexed table); the write path always sets it.
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-11-26 17:10:00
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0018'
-down_revision = '0017'
+revision = '0019'
+down_revision = '0018'
 branch_labels = None
 depends_on = None
 
