@@ -138,8 +138,8 @@ class Run(Base):
     )
 
 
-# PostgreSQL-only partial indexes (migrations 0003, 0010): the heatmap's LATERAL top-1 per cell, the
-# recommender's covering per-config scan and its recorded-OOM lookup. DuckDB has no partial
+# PostgreSQL-only partial indexes (migrations 0003, 0010): the heatmap's LATERAL top-1 per cell and the
+# recommender's recorded-OOM lookup. DuckDB has no partial
 # indexes; it answers those queries with arg_min/arg_max scans instead.
 Index("ix_runs_best_tps", Run.model_size_class, Run.nodes, Run.tokens_per_sec_per_gpu.desc().nulls_last(),
       func.coalesce(Run.mfu_derived, Run.mfu).desc().nulls_last(), Run.id,
@@ -158,22 +158,59 @@ Index("ix_runs_cells", Run.model_size_class, Run.is_moe, Run.nodes, Run.status,
 # a sweep's runs (GET /sweeps/{name}, GET /runs?sweep=): PostgreSQL only — DuckDB cannot drop a column
 # whose index was dropped in the same transaction (0013's downgrade), and scans one column fast (0013)
 Index("ix_runs_sweep", Run.sweep).ddl_if(dialect="postgresql")
-# the recommender's configuration aggregate (throughput.read_configs: its GROUP BY key in order, then
-# what it reads) and its recorded OOMs (recommend._oom_rows): index-only scans in GROUP BY order (0010)
-Index("ix_runs_config", Run.gpu_type, Run.framework, Run.precision, Run.model_params, Run.num_layers, Run.hidden_size,
-      Run.num_heads, Run.num_kv_heads, Run.ffn_hidden_size, Run.vocab_size, Run.gated_linear_unit, Run.seq_len,
-      Run.nodes, Run.gpus_per_node,
-      Run.dp, Run.tp, Run.pp, Run.cp, Run.ep, Run.zero_stage, Run.micro_batch_size, Run.grad_accum_steps,
-      Run.recompute, Run.model_size_class,
-      postgresql_include=["tokens_per_sec_per_gpu", "id", "peak_memory_gib", "allreduce_gb_s", "ar_intra_node_gb_s"],
-      postgresql_where=sa.and_(Run.status == "success", Run.retired_at.is_(None))).ddl_if(dialect="postgresql")
 # the open runs (GET /runs?status=running|lost, the dashboard's Live view): a few rows whatever the size
 # of the table, ordered by their last heartbeat (0013)
 Index("ix_runs_open", Run.last_heartbeat_at, postgresql_include=["id"],
       postgresql_where=Run.status == "running").ddl_if(dialect="postgresql")
+# the recommender's recorded OOMs (recommend._oom_rows): an index-only scan (0010). (ix_runs_config, the covering
+# index of the per-request configuration aggregate, went with 0018: run_configs holds that aggregate.)
 Index("ix_runs_oom", Run.gpu_type, Run.model_size_class, Run.seq_len, Run.dp, Run.tp, Run.pp, Run.cp, Run.zero_stage,
       Run.micro_batch_size, Run.recompute, postgresql_include=["id"],
       postgresql_where=sa.and_(Run.status == "oom", Run.retired_at.is_(None))).ddl_if(dialect="postgresql")
+
+
+class RunConfig(Base):
+    """The per-configuration summary of the successful runs (service/run_configs.py: what it covers, who
+    keeps it). Configuration columns as in `runs`; aggregates over the runs of the configuration."""
+
+    __tablename__ = "run_configs"
+
+    config_key: Mapped[str] = mapped_column(String(32), primary_key=True)
+    gpu_type: Mapped[str | None] = mapped_column(String(100))
+    framework: Mapped[str | None] = mapped_column(String(200))
+    precision: Mapped[str | None] = mapped_column(String(32))
+    model_params: Mapped[int | None] = mapped_column(BigInteger)
+    num_layers: Mapped[int | None] = mapped_column(Integer)
+    hidden_size: Mapped[int | None] = mapped_column(Integer)
+    num_heads: Mapped[int | None] = mapped_column(Integer)
+    num_kv_heads: Mapped[int | None] = mapped_column(Integer)
+    ffn_hidden_size: Mapped[int | None] = mapped_column(Integer)
+    vocab_size: Mapped[int | None] = mapped_column(Integer)
+    gated_linear_unit: Mapped[bool | None] = mapped_column(Boolean)
+    seq_len: Mapped[int | None] = mapped_column(Integer)
+    nodes: Mapped[int | None] = mapped_column(Integer)
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer)
+    dp: Mapped[int | None] = mapped_column(Integer)
+    tp: Mapped[int | None] = mapped_column(Integer)
+    pp: Mapped[int | None] = mapped_column(Integer)
+    cp: Mapped[int | None] = mapped_column(Integer)
+    ep: Mapped[int | None] = mapped_column(Integer)
+    zero_stage: Mapped[int | None] = mapped_column(Integer)
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    grad_accum_steps: Mapped[int | None] = mapped_column(Integer)
+    recompute: Mapped[str | None] = mapped_column(String(16))
+    model_size_class: Mapped[float | None] = mapped_column(Double)
+    # aggregates over the configuration's runs: how many, the best tokens/s/GPU, the first (lowest) id,
+    # the highest peak memory (GiB), and per recorded bandwidth (GB/s) the sum and count of the runs
+    # that recorded it (mean = sum / count)
+    n_runs: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    tokens_per_sec_per_gpu: Mapped[float] = mapped_column(Double, nullable=False)
+    first_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    peak_memory_gib: Mapped[float | None] = mapped_column(Double)
+    allreduce_gb_s_sum: Mapped[float] = mapped_column(Double, nullable=False)
+    allreduce_gb_s_n: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    ar_intra_node_gb_s_sum: Mapped[float] = mapped_column(Double, nullable=False)
+    ar_intra_node_gb_s_n: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
 class RunStep(Base):

@@ -23,6 +23,9 @@ from ingest.parsers.logs import LogNotRecognised, parse_log
     ("(TrainWorker pid=4242, ip=10.0.0.7) step: 4, loss: 2.0", "step: 4, loss: 2.0"),
     ("0: [NeMo I 2025-10-02 13:23:36 utils:662] Setting up optimizer", "Setting up optimizer"),
     ("INFO:torchtune.utils._logging:Running with resolved config:", "Running with resolved config:"),
+    ("INFO 2024-10-01T12:00:00.123456Z [resource.labels.taskName: workerpool0-0] step 10 | loss 2.3",
+     "step 10 | loss 2.3"),
+    ("2024-10-01 12:00:00.123 CEST  [rank3]: step=4 tps=1000", "step=4 tps=1000"),
     ("[2023-08-16 16:42:39,674] [INFO] [config.py:957:print]   loss_scale ........ 0", "loss_scale ........ 0"),
 ])
 def test_prefixes_are_stripped(line, message):
@@ -265,3 +268,15 @@ def test_torchrun_launch_configs_state_nodes_and_gpus_per_node():
 def test_torchtune_memory_is_gib_without_a_unit():
     record = parse_log(TORCHTUNE_MEMORY)
     assert record["peak_memory_gib"] == pytest.approx(20.5) and record["reserved_memory_gib"] == pytest.approx(24.5)
+
+
+def test_deepspeed_launcher_world_info():
+    """deepspeed/launcher/launch.py logs "WORLD INFO DICT: {host: [local ranks]}" and "nnodes=..,
+    num_local_procs=.., node_rank=.." and "dist_world_size=.." (as in its launcher's own log lines)."""
+    text = ("[2024-01-01 00:00:00,000] [INFO] [launch.py:145:main] WORLD INFO DICT: {'gpu-1': [0, 1, 2, 3], "
+            "'gpu-2': [0, 1, 2, 3]}\n"
+            "[2024-01-01 00:00:00,000] [INFO] [launch.py:151:main] nnodes=2, num_local_procs=4, node_rank=0\n"
+            "[2024-01-01 00:00:00,000] [INFO] [launch.py:163:main] dist_world_size=8\n"
+            "step: 1, tokens_per_sec_per_gpu: 100\n")
+    record = parse_log(text)
+    assert (record["nodes"], record["gpus_per_node"], record["world_size"]) == (2, 4, 8)

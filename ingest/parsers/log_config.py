@@ -5,7 +5,7 @@ framework: one table of option synonyms (:data:`CONFIG_KEYS`), read from ``--fla
 dump. Standard library only.
 
 Only what the text states: a key printed twice with different values is a conflict and left out
-(:class:`ingest.parsers.log_facts.Facts`); a maximum is not a size (``model_max_length``, ``cutoff_len``
+(``ingest.parsers.log_facts._Facts``); a maximum is not a size (``model_max_length``, ``cutoff_len``
 are truncation limits, not the sequence length of a batch, and are not read); ``batch_size`` alone is
 not read (per device in torchtune, per process in nanoGPT, global elsewhere).
 
@@ -19,6 +19,7 @@ nothing about a gate and is not read.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 
@@ -79,6 +80,7 @@ _ARCH = re.compile(r"""["']?(?:architectures|model_type|_class_name)["']?\s*[:=]
 _TORCH_PRECISION = re.compile(r"\bprecision[ :=]+torch\.(bfloat16|float16|float32)\b")
 _ZERO_JSON = re.compile(r"""["']zero_optimization["']\s*:\s*\{[^{}]*?["']stage["']\s*:\s*([0-3])\b""")
 _HF_TOTAL_BATCH = re.compile(r"Total train batch size \(w\. parallel, distributed & accumulation\) = ([\d,]+)")
+_WORLD_INFO = re.compile(r"WORLD INFO DICT: (\{.*\})")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", "none"}
 
@@ -99,6 +101,19 @@ def _pairs(lines: list[str]) -> list[tuple[str, str]]:
             continue
         found.extend((_key(k), v) for k, v in pairs(line).items())
     return found
+
+
+def _world_info(line: str) -> dict[str, list] | None:
+    """DeepSpeed launcher's host -> local ranks map, or None."""
+    m = _WORLD_INFO.search(line)
+    if not m:
+        return None
+    try:
+        hosts = ast.literal_eval(m.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    ok = isinstance(hosts, dict) and hosts and all(isinstance(v, list) and v for v in hosts.values())
+    return hosts if ok else None
 
 
 def config_facts(lines: list[str], put: Any) -> None:
@@ -127,6 +142,11 @@ def config_facts(lines: list[str], put: Any) -> None:
     zero = _ZERO_JSON.findall("\n".join(lines))  # DeepSpeed's JSON config: "zero_optimization": {"stage": 2
     if zero:
         ints.setdefault("zero_stage", set()).update(int(z) for z in zero)
+    for line in lines:  # DeepSpeed's launcher: "WORLD INFO DICT: {'node-1': [0, 1, 2, 3], 'node-2': [...]}"
+        hosts = _world_info(line)
+        if hosts:
+            ints.setdefault("nodes", set()).add(len(hosts))
+            ints.setdefault("gpus_per_node", set()).update(len(ranks) for ranks in hosts.values())
     for line in lines:  # HF Trainer's banner (its key has a comma inside parentheses)
         total = _HF_TOTAL_BATCH.search(line)
         if total:

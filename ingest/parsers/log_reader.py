@@ -57,6 +57,7 @@ _PREFIX = re.compile(
         r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w./-]+:\d+\]",  # glog
         r"std(?:out|err)(?: [FP])?:? ",                   # container runtime / launcher stream tags
         r"(?:severity|textPayload|jsonPayload\.message): ",  # Cloud Logging exports
+        r"\[resource\.labels\.[^\]]{0,80}\]:?",              # Vertex AI "[resource.labels.taskName: workerpool0-0]"
     )))
 
 
