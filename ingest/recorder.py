@@ -65,6 +65,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -117,13 +118,14 @@ class Recorder:
         warmup_steps: leading steps excluded from timing (≥ 0).
         push: False to only build ``rec.record`` (no network).
         reduce: False to skip the cross-rank reduction on success (only this rank's values).
+        clock: the step timer, seconds (default time.perf_counter; tests pass a fake one).
 
     After exit: ``rec.record`` is the run record (on every rank; rank 0's is the one pushed) and
     ``rec.result`` the :class:`ingest.PushResult` (rank 0 with ``push=True``, else None).
     """
 
     def __init__(self, run_fields: dict[str, Any], client: Client | None = None, warmup_steps: int = 2,
-                 push: bool = True, reduce: bool = True):
+                 push: bool = True, reduce: bool = True, clock: Callable[[], float] = time.perf_counter):
         if warmup_steps < 0:
             raise ValueError("warmup_steps must be >= 0")
         self.run_fields = dict(run_fields)
@@ -131,6 +133,7 @@ class Recorder:
         self.warmup_steps = int(warmup_steps)
         self.push = push
         self.reduce = reduce
+        self._clock = clock
         self.run_key: str = str(self.run_fields.get("run_key") or uuid.uuid4().hex)
         self.steps = 0
         self.timed_steps = 0
@@ -151,7 +154,7 @@ class Recorder:
             torch.cuda.reset_peak_memory_stats()
         if self.warmup_steps == 0:
             self._sync()
-            self._t_start = time.perf_counter()
+            self._t_start = self._clock()
         return self
 
     __enter__ = start
@@ -162,7 +165,7 @@ class Recorder:
         if steps < 1:
             raise ValueError("steps must be >= 1")
         self._sync()
-        now = time.perf_counter()
+        now = self._clock()
         self.steps += steps
         if self.steps <= self.warmup_steps:
             if self.steps == self.warmup_steps:
