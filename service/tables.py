@@ -285,7 +285,8 @@ class SweepLease(Base):
     `run_key` opened as running for it. The unique index on (sweep, config_key, attempt) is what keeps
     two agents — any number of API processes on one PostgreSQL, or one DuckDB file — from being handed
     the same configuration: the second INSERT of a (sweep, configuration, attempt) does nothing, and
-    that agent is offered the next configuration. attempt 2 exists only when attempt 1's run went lost."""
+    that agent is offered the next configuration; (sweep, slot, attempt) likewise keeps the budget.
+    attempt 2 exists only when attempt 1's run went lost (service/sweep_leases.py)."""
 
     __tablename__ = "sweep_leases"
 
@@ -294,6 +295,9 @@ class SweepLease(Base):
     sweep: Mapped[str] = mapped_column(String(200), nullable=False)
     config_key: Mapped[str] = mapped_column(String(200), nullable=False)  # core.rules.config_label
     attempt: Mapped[int] = mapped_column(Integer, nullable=False)  # 1, or 2 for a lost lease's second try
+    # the budget slot, 1..budget: unique per (sweep, slot, attempt), so concurrent agents cannot overrun
+    # the budget either (migration 0019)
+    slot: Mapped[int | None] = mapped_column(Integer)  # always set by the write path (nullable: 0019)
     run_key: Mapped[str] = mapped_column(String(200), nullable=False)
     config: Mapped[dict] = mapped_column(JSON, nullable=False)  # CONFIG_FIELDS
     # the throughput model's figures for the configuration when it was handed out (null: no model yet)
@@ -302,4 +306,5 @@ class SweepLease(Base):
     agent: Mapped[str | None] = mapped_column(String(200))  # who asked (host:pid), for the record
 
     __table_args__ = (Index("ux_sweep_leases_config", "sweep", "config_key", "attempt", unique=True),
+                      Index("ux_sweep_leases_slot", "sweep", "slot", "attempt", unique=True),
                       Index("ux_sweep_leases_run_key", "run_key", unique=True))

@@ -20,8 +20,8 @@ SERVICE = REPO / "service"
 LAYERS = {
     "service.api": 4, "service.cli": 4,
     "service.analytics": 3, "service.store": 3, "service.auth": 3, "service.bulk": 2,
-    "service.lifecycle": 2, "service.steps": 2, "service.db": 1, "service.derive": 1, "service.ranking": 1,
-    "service.tables": 0, "service.schemas": 0,
+    "service.lifecycle": 2, "service.steps": 2, "service.sweeps": 3, "service.sweep_leases": 3, "service.db": 1,
+    "service.derive": 1, "service.ranking": 1, "service.tables": 0, "service.schemas": 0,
     "service.errors": 0, "service.settings": 0, "service.client": 0,
 }
 
