@@ -10,9 +10,11 @@ one row per family, for the dashboard's landing page and the CLI:
   geometric mean of the two neighbouring model sizes people train (125M, 350M, 760M, 1.3B, 3B,
   7–8B, 13B, 20B, 30–34B, 70B, 175B, 405B, 1T);
 - :func:`family_of`: the family of one size class;
-- :func:`moe_active_b`: the active parameters (billions) of a mixture-of-experts cell, when its best
-  run says (an ``A3B``-style model name, core.model.active_params) — MoE rows are kept apart
-  from dense rows of the same total size and labelled "MoE 30–34B total · A3B active";
+- :func:`is_moe_cell`, :func:`moe_active_b`: whether a cell holds mixture-of-experts runs (the API's
+  ``moe`` flag: core.model.is_moe, the one rule) and their active parameters (billions) when its best
+  run says (an ``A3B``-style model name, core.model.active_params) — MoE rows are kept apart from
+  dense rows of the same total size and labelled "30–34B MoE (A3B)" (or "175B MoE" when the active
+  count is unknown);
 - :func:`group_cells`: the cells of one family × node count merged into one: the best cell by the
   ONE best-run rule (core.rules.best_key of its best run), run counts summed, the exact size classes
   kept in ``sizes``.
@@ -28,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.model import active_params
+from core.model import active_params, is_moe
 from core.rules import best_key
 
 Cell = Mapping[str, Any]
@@ -100,31 +102,47 @@ def family_named(text: str) -> Family:
                          f"({', '.join(f.label for f in FAMILIES)})") from None
 
 
+#: what :func:`row_label` puts after a family's label for a mixture-of-experts row
+MOE_MARK = " MoE"
+
+
 def family_index(label: str) -> float:
-    """Sort position of a row label made by :func:`row_label` (dense rows, then MoE, by size)."""
-    moe = label.startswith("MoE ")
-    base = label[4:].split(" total")[0] if moe else label
+    """Sort position of a row label made by :func:`row_label` (by size; a family's MoE rows right
+    after its dense row)."""
+    base, moe, _ = label.partition(MOE_MARK)
     for i, fam in enumerate(FAMILIES):
         if fam.label == base:
             return i + (0.5 if moe else 0.0)
     return len(FAMILIES)
 
 
+def is_moe_cell(cell: Cell) -> bool:
+    """Whether a heatmap cell holds mixture-of-experts runs: the API's ``moe`` flag, else (a cell
+    without one) core.model.is_moe of its best run."""
+    if "moe" in cell and cell["moe"] is not None:
+        return bool(cell["moe"])
+    best = cell.get("best") or {}
+    return is_moe(best, {})
+
+
 def moe_active_b(cell: Cell) -> float | None:
     """Active parameters (billions) of a mixture-of-experts cell's best run: from its model name's
-    "A3B" token (core.model.active_params); None for a dense model or when unknown."""
+    "A3B" token (core.model.active_params); None for a dense cell or when unknown."""
+    if not is_moe_cell(cell):
+        return None
     best = cell.get("best") or {}
     active = active_params(best.get("model_name"), {})
     return None if active is None else round(active / 1e9, 1)
 
 
 def row_label(cell: Cell) -> str:
-    """The family row of a heatmap cell: "7–8B", or "MoE 30–34B total · A3B active"."""
+    """The family row of a heatmap cell: "7–8B"; for mixture-of-experts runs "30–34B MoE (A3B)",
+    or "175B MoE" when the active parameter count is unknown (GPT-OSS-120B's name does not say)."""
     fam = family_of(float(cell["model_size_class"]))
-    active = moe_active_b(cell)
-    if active is None:
+    if not is_moe_cell(cell):
         return fam.label
-    return f"MoE {fam.label} total · A{active:g}B active"
+    active = moe_active_b(cell)
+    return f"{fam.label}{MOE_MARK}" + ("" if active is None else f" (A{active:g}B)")
 
 
 def group_cells(cells: Iterable[Cell], metric: str = "tokens_per_sec_per_gpu") -> list[dict[str, Any]]:

@@ -71,10 +71,20 @@ def active_params(model_name: str | None, extra: Mapping[str, Any]) -> int | Non
     return None
 
 
-def is_moe(row: Mapping[str, Any], extra: Mapping[str, Any]) -> bool:
-    """A mixture-of-experts run: expert parallelism > 1, or experts declared in extra."""
+def is_moe(row: Mapping[str, Any], extra: Mapping[str, Any] | None) -> bool:
+    """A mixture-of-experts run: expert parallelism > 1, experts declared in extra (``num_experts``,
+    ``moe``), or active parameters known (extra.active_params or an "A3B" name token:
+    :func:`active_params`). THE rule: the server stores it as the run's ``is_moe`` column
+    (service/derive.py), which keeps MoE and dense models of one size apart in the heatmap.
+
+    ``row``: a run record (``ep``, ``model_name`` read); ``extra``: its extra dict (None = empty)."""
+    extra = extra or {}
     ep = row.get("ep")
-    return (ep is not None and ep > 1) or bool(extra.get("num_experts") or extra.get("moe"))
+    if isinstance(ep, (int, float)) and ep > 1:
+        return True
+    if extra.get("num_experts") or extra.get("moe"):
+        return True
+    return active_params(row.get("model_name"), extra) is not None
 
 
 @dataclass

@@ -136,6 +136,7 @@ REPORTED_FIELDS: dict[str, str] = {
 #: Columns the server computes the same way for every run (DESIGN §2 "Rules").
 DERIVED_FIELDS = (
     "model_size_class",  # billions of parameters, 2 significant figures
+    "is_moe",  # mixture-of-experts (core.model.is_moe): the heatmap keeps MoE rows apart from dense ones
     "mfu_derived",
     "hfu_derived",
     "mfu_method",

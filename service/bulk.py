@@ -62,7 +62,12 @@ def _pg_array_type(col: Any) -> str:
     return "text[]"
 
 
-_ARROW_SCHEMA = pa.schema([(c.name, _arrow_type(c)) for c in INSERT_COLUMNS])
+def arrow_schema(columns: list[Any]) -> pa.Schema:
+    """The Arrow schema of table `columns` (SQLAlchemy Column objects) for an insert from an Arrow view."""
+    return pa.schema([(c.name, _arrow_type(c)) for c in columns])
+
+
+_ARROW_SCHEMA = arrow_schema(INSERT_COLUMNS)
 #: JSON columns (extra, tags): sent as JSON text, cast to JSON by the insert
 _JSON_NAMES = [c.name for c in INSERT_COLUMNS if isinstance(c.type, sa.JSON)]
 _SELECT_LIST = ", ".join(f"CAST({n} AS JSON)" if n in _JSON_NAMES else n for n in _NAMES)

@@ -12,6 +12,9 @@ Derived values are computed one way for every run, whatever framework reported i
 - global_batch_tokens = dp · micro_batch_size · grad_accum_steps · seq_len unless reported;
 - model_size_class (core.model.model_size_class): model_params in billions to 2 significant
   figures; without model_params, the count from dims (core.model.params_from_dims);
+- is_moe (core.model.is_moe): a mixture-of-experts run (EP > 1, experts declared in extra, or active
+  parameters known); the heatmap's cells are (model_size_class, is_moe, nodes), so a MoE model never
+  shares a cell with a dense model of the same total size;
 - mfu_derived (PaLM, Chowdhery et al. 2022, arXiv 2204.02311, appendix B; core.model.flops_per_token):
   MFU = (6·N + 12·L·h·s) · tokens_per_sec_per_gpu / peak_flops, with N total parameters,
   L layers, h hidden size, s seq_len; without dims the attention term is dropped (6·N alone).
@@ -157,6 +160,7 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         n_params = params_from_dims(row)
         n_source = "dims"
     row["model_size_class"] = model_size_class(n_params)
+    row["is_moe"] = is_moe(row, extra)
     # MoE: the 6N rule counts the parameters each token passes through (active), not the total.
     active = active_params(row.get("model_name"), extra)
     if active:

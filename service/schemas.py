@@ -166,6 +166,8 @@ class RunOut(RunIn):
     run_key: str
     ingested_at: datetime
     model_size_class: float | None = Field(default=None, description="billions, 2 significant figures")
+    is_moe: bool | None = Field(default=None, description="mixture-of-experts (EP > 1, experts in extra, or active "
+                             "parameters known): the heatmap keeps MoE and dense models of one size apart")
     mfu_derived: float | None = Field(default=None, description="PaLM-formula MFU from throughput and catalog peak")
     hfu_derived: float | None = None
     mfu_method: str | None = None

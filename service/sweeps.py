@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from core import hardware
+from core.lifecycle import DEFAULT_LOST_AFTER_S, read_status
 from core.model import model_size_class, params_from_dims
 from core.record import parse_param_count
 from core.rules import CONFIG_FIELDS, config_label
@@ -34,6 +35,7 @@ from service import limits as L
 from service.analytics import recommend as rec
 from service.analytics.target import CompletedTarget
 from service.errors import Conflict, NotFound, ValidationFailed
+from service.lifecycle import utcnow
 from service.tables import Run, Sweep, SweepLease
 
 STRATEGIES = ("grid", "suggest")
@@ -211,13 +213,15 @@ def _run_config(run: Run) -> dict[str, Any]:
     return {f: getattr(run, f) for f in CONFIG_FIELDS}
 
 
-def progress(session: Session, sweep: Sweep, *, with_runs: bool = True) -> dict[str, Any]:
+def progress(session: Session, sweep: Sweep, *, with_runs: bool = True,
+             lost_after_s: float = DEFAULT_LOST_AFTER_S) -> dict[str, Any]:
     """A sweep's definition and progress (module docstring): {..definition, "counts": {status: n},
     "handed_out": configurations handed out, "budget_left", "left": configurations of the grid not yet
     handed out (suggest: null), "best": the best successful run {id, run_key, config,
     tokens_per_sec_per_gpu, mfu, peak_memory_gib, step_time_s} or null, "best_over_time": [{"n": the
     run's place in hand-out order, "run_id", "tokens_per_sec_per_gpu": the best so far}], "runs": [{id,
-    run_key, status, config, label, attempt, leased_at, tokens_per_sec_per_gpu, predicted_tokens_per_sec_per_gpu,
+    run_key, status (as read now: a running run without a heartbeat for `lost_after_s` reads lost), config,
+    label, attempt, leased_at, tokens_per_sec_per_gpu, predicted_tokens_per_sec_per_gpu,
     mfu, peak_memory_gib, error_class}] (hand-out order; runs that name the sweep without a lease after)}."""
     runs = list(session.scalars(sa.select(Run).where(Run.sweep == sweep.name).order_by(Run.id)))
     leases = list(session.scalars(sa.select(SweepLease).where(SweepLease.sweep == sweep.name)
@@ -230,9 +234,11 @@ def progress(session: Session, sweep: Sweep, *, with_runs: bool = True) -> dict[
     best: Run | None = None
     best_over_time: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
+    now = utcnow()
     for n, key in enumerate(order, 1):
         run, lease = by_key[key], lease_of.get(key)
-        counts[run.status] = counts.get(run.status, 0) + 1
+        status = read_status(run.status, run.last_heartbeat_at, now, lost_after_s)
+        counts[status] = counts.get(status, 0) + 1
         tps = run.tokens_per_sec_per_gpu
         if run.status == "success" and tps and run.retired_at is None and (
                 best is None or tps > (best.tokens_per_sec_per_gpu or 0)):
@@ -240,7 +246,7 @@ def progress(session: Session, sweep: Sweep, *, with_runs: bool = True) -> dict[
         if best is not None:
             best_over_time.append({"n": n, "run_id": run.id, "tokens_per_sec_per_gpu": best.tokens_per_sec_per_gpu})
         predicted = (lease.predicted or {}) if lease is not None else {}
-        rows.append({"id": run.id, "run_key": run.run_key, "status": run.status, "config": _run_config(run),
+        rows.append({"id": run.id, "run_key": run.run_key, "status": status, "config": _run_config(run),
                      "label": config_label(_run_config(run)), "attempt": lease.attempt if lease else None,
                      "leased_at": lease.leased_at if lease else None, "tokens_per_sec_per_gpu": tps,
                      "predicted_tokens_per_sec_per_gpu": predicted.get("tokens_per_sec_per_gpu"),
@@ -263,7 +269,7 @@ def progress(session: Session, sweep: Sweep, *, with_runs: bool = True) -> dict[
     return out
 
 
-def list_sweeps(session: Session) -> list[dict[str, Any]]:
+def list_sweeps(session: Session, lost_after_s: float = DEFAULT_LOST_AFTER_S) -> list[dict[str, Any]]:
     """Every sweep, newest first, with its progress (without the run list)."""
     sweeps = session.scalars(sa.select(Sweep).order_by(Sweep.id.desc()))
-    return [progress(session, s, with_runs=False) for s in sweeps]
+    return [progress(session, s, with_runs=False, lost_after_s=lost_after_s) for s in sweeps]

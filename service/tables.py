@@ -107,6 +107,7 @@ class Run(Base):
 
     # derived, computed one way for every run (service/derive.py)
     model_size_class: Mapped[float | None] = mapped_column(Double)
+    is_moe: Mapped[bool | None] = mapped_column(Boolean, server_default=sa.false())  # core.model.is_moe (0013)
     mfu_derived: Mapped[float | None] = mapped_column(Double)
     hfu_derived: Mapped[float | None] = mapped_column(Double)
     mfu_method: Mapped[str | None] = mapped_column(String(64))
@@ -137,8 +138,8 @@ class Run(Base):
     )
 
 
-# PostgreSQL-only partial indexes (migrations 0003, 0010): the heatmap's LATERAL top-1 per cell, the
-# recommender's covering per-config scan and its recorded-OOM lookup. DuckDB has no partial
+# PostgreSQL-only partial indexes (migrations 0003, 0010): the heatmap's LATERAL top-1 per cell and the
+# recommender's recorded-OOM lookup. DuckDB has no partial
 # indexes; it answers those queries with arg_min/arg_max scans instead.
 Index("ix_runs_best_tps", Run.model_size_class, Run.nodes, Run.tokens_per_sec_per_gpu.desc().nulls_last(),
       func.coalesce(Run.mfu_derived, Run.mfu).desc().nulls_last(), Run.id,
@@ -149,29 +150,67 @@ Index("ix_runs_best_mfu", Run.model_size_class, Run.nodes, func.coalesce(Run.mfu
 Index("ix_runs_best_tps_slice", Run.gpu_type, Run.seq_len, Run.model_size_class, Run.nodes,
       Run.tokens_per_sec_per_gpu.desc().nulls_last(), func.coalesce(Run.mfu_derived, Run.mfu).desc().nulls_last(),
       Run.id, postgresql_where=Run.status == "success").ddl_if(dialect="postgresql")
-# the heatmap's per-cell counts over the live runs (heatmap._cells_lateral): an index-only scan (0011)
-Index("ix_runs_cells", Run.model_size_class, Run.nodes, Run.status, postgresql_include=["gpu_type", "seq_len"],
+# the heatmap's per-cell counts over the live runs (heatmap._cells_lateral): an index-only scan (0011; is_moe 0013)
+Index("ix_runs_cells", Run.model_size_class, Run.is_moe, Run.nodes, Run.status,
+      postgresql_include=["gpu_type", "seq_len"],
       postgresql_where=sa.and_(Run.retired_at.is_(None), Run.model_size_class.is_not(None), Run.nodes.is_not(None))
       ).ddl_if(dialect="postgresql")
 # a sweep's runs (GET /sweeps/{name}, GET /runs?sweep=): PostgreSQL only — DuckDB cannot drop a column
 # whose index was dropped in the same transaction (0013's downgrade), and scans one column fast (0013)
 Index("ix_runs_sweep", Run.sweep).ddl_if(dialect="postgresql")
-# the recommender's configuration aggregate (throughput.read_configs: its GROUP BY key in order, then
-# what it reads) and its recorded OOMs (recommend._oom_rows): index-only scans in GROUP BY order (0010)
-Index("ix_runs_config", Run.gpu_type, Run.framework, Run.precision, Run.model_params, Run.num_layers, Run.hidden_size,
-      Run.num_heads, Run.num_kv_heads, Run.ffn_hidden_size, Run.vocab_size, Run.gated_linear_unit, Run.seq_len,
-      Run.nodes, Run.gpus_per_node,
-      Run.dp, Run.tp, Run.pp, Run.cp, Run.ep, Run.zero_stage, Run.micro_batch_size, Run.grad_accum_steps,
-      Run.recompute, Run.model_size_class,
-      postgresql_include=["tokens_per_sec_per_gpu", "id", "peak_memory_gib", "allreduce_gb_s", "ar_intra_node_gb_s"],
-      postgresql_where=sa.and_(Run.status == "success", Run.retired_at.is_(None))).ddl_if(dialect="postgresql")
 # the open runs (GET /runs?status=running|lost, the dashboard's Live view): a few rows whatever the size
 # of the table, ordered by their last heartbeat (0013)
 Index("ix_runs_open", Run.last_heartbeat_at, postgresql_include=["id"],
       postgresql_where=Run.status == "running").ddl_if(dialect="postgresql")
+# the recommender's recorded OOMs (recommend._oom_rows): an index-only scan (0010). (ix_runs_config, the covering
+# index of the per-request configuration aggregate, went with 0018: run_configs holds that aggregate.)
 Index("ix_runs_oom", Run.gpu_type, Run.model_size_class, Run.seq_len, Run.dp, Run.tp, Run.pp, Run.cp, Run.zero_stage,
       Run.micro_batch_size, Run.recompute, postgresql_include=["id"],
       postgresql_where=sa.and_(Run.status == "oom", Run.retired_at.is_(None))).ddl_if(dialect="postgresql")
+
+
+class RunConfig(Base):
+    """The per-configuration summary of the successful runs (service/run_configs.py: what it covers, who
+    keeps it). Configuration columns as in `runs`; aggregates over the runs of the configuration."""
+
+    __tablename__ = "run_configs"
+
+    config_key: Mapped[str] = mapped_column(String(32), primary_key=True)
+    gpu_type: Mapped[str | None] = mapped_column(String(100))
+    framework: Mapped[str | None] = mapped_column(String(200))
+    precision: Mapped[str | None] = mapped_column(String(32))
+    model_params: Mapped[int | None] = mapped_column(BigInteger)
+    num_layers: Mapped[int | None] = mapped_column(Integer)
+    hidden_size: Mapped[int | None] = mapped_column(Integer)
+    num_heads: Mapped[int | None] = mapped_column(Integer)
+    num_kv_heads: Mapped[int | None] = mapped_column(Integer)
+    ffn_hidden_size: Mapped[int | None] = mapped_column(Integer)
+    vocab_size: Mapped[int | None] = mapped_column(Integer)
+    gated_linear_unit: Mapped[bool | None] = mapped_column(Boolean)
+    seq_len: Mapped[int | None] = mapped_column(Integer)
+    nodes: Mapped[int | None] = mapped_column(Integer)
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer)
+    dp: Mapped[int | None] = mapped_column(Integer)
+    tp: Mapped[int | None] = mapped_column(Integer)
+    pp: Mapped[int | None] = mapped_column(Integer)
+    cp: Mapped[int | None] = mapped_column(Integer)
+    ep: Mapped[int | None] = mapped_column(Integer)
+    zero_stage: Mapped[int | None] = mapped_column(Integer)
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    grad_accum_steps: Mapped[int | None] = mapped_column(Integer)
+    recompute: Mapped[str | None] = mapped_column(String(16))
+    model_size_class: Mapped[float | None] = mapped_column(Double)
+    # aggregates over the configuration's runs: how many, the best tokens/s/GPU, the first (lowest) id,
+    # the highest peak memory (GiB), and per recorded bandwidth (GB/s) the sum and count of the runs
+    # that recorded it (mean = sum / count)
+    n_runs: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    tokens_per_sec_per_gpu: Mapped[float] = mapped_column(Double, nullable=False)
+    first_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    peak_memory_gib: Mapped[float | None] = mapped_column(Double)
+    allreduce_gb_s_sum: Mapped[float] = mapped_column(Double, nullable=False)
+    allreduce_gb_s_n: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    ar_intra_node_gb_s_sum: Mapped[float] = mapped_column(Double, nullable=False)
+    ar_intra_node_gb_s_n: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
 class RunStep(Base):
@@ -246,7 +285,8 @@ class SweepLease(Base):
     `run_key` opened as running for it. The unique index on (sweep, config_key, attempt) is what keeps
     two agents — any number of API processes on one PostgreSQL, or one DuckDB file — from being handed
     the same configuration: the second INSERT of a (sweep, configuration, attempt) does nothing, and
-    that agent is offered the next configuration. attempt 2 exists only when attempt 1's run went lost."""
+    that agent is offered the next configuration; (sweep, slot, attempt) likewise keeps the budget.
+    attempt 2 exists only when attempt 1's run went lost (service/sweep_leases.py)."""
 
     __tablename__ = "sweep_leases"
 
@@ -255,6 +295,9 @@ class SweepLease(Base):
     sweep: Mapped[str] = mapped_column(String(200), nullable=False)
     config_key: Mapped[str] = mapped_column(String(200), nullable=False)  # core.rules.config_label
     attempt: Mapped[int] = mapped_column(Integer, nullable=False)  # 1, or 2 for a lost lease's second try
+    # the budget slot, 1..budget: unique per (sweep, slot, attempt), so concurrent agents cannot overrun
+    # the budget either (migration 0019)
+    slot: Mapped[int | None] = mapped_column(Integer)  # always set by the write path (nullable: 0019)
     run_key: Mapped[str] = mapped_column(String(200), nullable=False)
     config: Mapped[dict] = mapped_column(JSON, nullable=False)  # CONFIG_FIELDS
     # the throughput model's figures for the configuration when it was handed out (null: no model yet)
@@ -263,4 +306,5 @@ class SweepLease(Base):
     agent: Mapped[str | None] = mapped_column(String(200))  # who asked (host:pid), for the record
 
     __table_args__ = (Index("ux_sweep_leases_config", "sweep", "config_key", "attempt", unique=True),
+                      Index("ux_sweep_leases_slot", "sweep", "slot", "attempt", unique=True),
                       Index("ux_sweep_leases_run_key", "run_key", unique=True))

@@ -152,3 +152,19 @@ def test_runs_model_is_a_size_as_everywhere_else(loaded):
     table = runner.invoke(app, ["runs", "--model", "8B"], env=NARROW)
     assert table.exit_code == 0 and "no runs match" not in table.stdout
     assert_readable(table.stdout)
+
+
+def test_help_paragraphs_fill_80_columns():
+    """A command's help is wrapped by the terminal, not by the docstring's own line breaks (typer keeps
+    those after the first paragraph: `plan --help` came out ragged at 80 columns, issue 30 item 5)."""
+    from service.cli.base import reflow
+
+    assert reflow("Title\n  line.\n\nOne\ntwo.\n- a\n  b\n- c\n\f\nraw\n  kept") == \
+        "Title line.\n\nOne two.\n- a b\n- c\n\f\nraw\n  kept"
+    out = subprocess.run([sys.executable, "-m", "service.cli", "plan", "--help"], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "80", "TERM": "dumb"}, check=True).stdout
+    prose = out[out.index("Usage"):out.index("Options")].splitlines()[2:-1]
+    assert max(len(line) for line in out.splitlines()) <= 80
+    # a line followed by another of its paragraph is filled (the ragged help had 30-character lines)
+    assert all(len(line.rstrip()) >= 60 for line, after in zip(prose, prose[1:]) if line.strip() and after.strip()), out
+    assert "the MFU is the throughput model's prediction for the target" in " ".join(" ".join(prose).split())

@@ -60,6 +60,11 @@ def test_runs_without_the_metric_rank_last_and_moe_rows_stay_apart():
     assert best_key(b["best"], "tokens_per_sec_per_gpu") < best_key(a["best"], "tokens_per_sec_per_gpu")
     moe = cell(30.0, 2, 20, 9000.0, 0.2, name="Qwen3-30B-A3B", ep=8)
     dense = cell(32.0, 2, 21, 1000.0, 0.4, name="qwen2.5-32b")
-    assert row_label(moe) == "MoE 30–34B total · A3B active" and row_label(dense) == "30–34B"
+    assert row_label(moe) == "30–34B MoE (A3B)" and row_label(dense) == "30–34B"
     out = group_cells([moe, dense])
-    assert [c["family"] for c in out] == ["30–34B", "MoE 30–34B total · A3B active"]
+    assert [c["family"] for c in out] == ["30–34B", "30–34B MoE (A3B)"]
+    # the API's moe flag decides (core.model.is_moe at write time): a MoE name without an active
+    # count is a MoE row all the same, never the dense one
+    gpt_oss = {**cell(120.0, 8, 22, 7000.0, 0.3, name="GPT OSS 120B", ep=8), "moe": True}
+    gpt3 = {**cell(180.0, 8, 23, 900.0, 0.4, name="GPT3-175B"), "moe": False}
+    assert [c["family"] for c in group_cells([gpt_oss, gpt3])] == ["175B", "175B MoE"]

@@ -20,8 +20,8 @@ SERVICE = REPO / "service"
 LAYERS = {
     "service.api": 4, "service.cli": 4,
     "service.analytics": 3, "service.store": 3, "service.auth": 3, "service.bulk": 2,
-    "service.lifecycle": 2, "service.steps": 2, "service.db": 1, "service.derive": 1, "service.ranking": 1,
-    "service.tables": 0, "service.schemas": 0,
+    "service.lifecycle": 2, "service.steps": 2, "service.sweeps": 3, "service.sweep_leases": 3, "service.db": 1,
+    "service.derive": 1, "service.ranking": 1, "service.tables": 0, "service.schemas": 0,
     "service.errors": 0, "service.settings": 0, "service.client": 0,
 }
 
@@ -98,14 +98,16 @@ def test_layers_point_one_way():
 
 
 def test_the_backend_is_named_in_few_places():
-    """Outside the database layer, only the bulk insert, the user-SQL sandbox, and the heatmap's
-    one query per backend branch on the dialect name."""
+    """Outside the database layer, only the bulk insert, the per-configuration summary's merge (one
+    statement on PostgreSQL, UPDATE by key on DuckDB), the user-SQL sandbox, and the heatmap's one
+    query per backend branch on the dialect name."""
     branches = {}
     for path in SERVICE.rglob("*.py"):
         n = len(re.findall(r"dialect\.name|\.is_duckdb|db\.dialect ==|dialect == \"", path.read_text()))
         if n:
             branches[module_name(path)] = n
-    outside = set(branches) - {"service.db", "service.bulk", "service.analytics.sql", "service.analytics.heatmap"}
+    outside = set(branches) - {"service.db", "service.bulk", "service.run_configs", "service.analytics.sql",
+                               "service.analytics.heatmap"}
     assert outside == set(), branches
 
 

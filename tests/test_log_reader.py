@@ -23,6 +23,9 @@ from ingest.parsers.logs import LogNotRecognised, parse_log
     ("(TrainWorker pid=4242, ip=10.0.0.7) step: 4, loss: 2.0", "step: 4, loss: 2.0"),
     ("0: [NeMo I 2025-10-02 13:23:36 utils:662] Setting up optimizer", "Setting up optimizer"),
     ("INFO:torchtune.utils._logging:Running with resolved config:", "Running with resolved config:"),
+    ("INFO 2024-10-01T12:00:00.123456Z [resource.labels.taskName: workerpool0-0] step 10 | loss 2.3",
+     "step 10 | loss 2.3"),
+    ("2024-10-01 12:00:00.123 CEST  [rank3]: step=4 tps=1000", "step=4 tps=1000"),
     ("[2023-08-16 16:42:39,674] [INFO] [config.py:957:print]   loss_scale ........ 0", "loss_scale ........ 0"),
 ])
 def test_prefixes_are_stripped(line, message):
@@ -207,3 +210,73 @@ def test_a_value_printed_twice_differently_is_left_out():
     record = parse_log("--micro-batch-size 2\nmicro_batch_size: 4\nstep: 1, tokens_per_sec_per_gpu: 100\n")
     assert "micro_batch_size" not in record
     assert record["extra"]["conflicting_facts"]["micro_batch_size"] == [2, 4]
+
+
+# LitGPT (litgpt/pretrain.py fit(): "Epoch {e} | iter {i} step {s} | loss train: ..., val: ... | iter time:
+# {ms:.2f} ms (step) remaining time: ..." and at the end "Memory used: {max_memory_allocated() / 1e9:.02f} GB")
+LITGPT = "\n".join(
+    [f"Epoch 1 | iter {i} step {i // 2} | loss train: 3.{i:03d}, val: n/a | iter time: {100 + i % 2 * 80:.2f} ms"
+     f"{' (step)' if i % 2 else ''} remaining time: 0:10:00" for i in range(1, 9)]
+    + ["Training time: 123.45s", "Memory used: 21.47 GB"])
+# Hugging Face Trainer's banner (transformers/trainer.py _inner_training_loop) under Accelerate's state
+HF_BANNER = """Distributed environment: MULTI_GPU  Backend: nccl
+Num processes: 8
+***** Running training *****
+  Num examples = 52,002
+  Num Epochs = 3
+  Instantaneous batch size per device = 4
+  Total train batch size (w. parallel, distributed & accumulation) = 128
+  Gradient Accumulation steps = 4
+  Total optimization steps = 1,218
+{'loss': 1.2, 'grad_norm': 0.9, 'epoch': 0.1, 'num_input_tokens_seen': 409600, 'throughput': 10240.5}
+"""
+# torchrun's elastic agent launch configs, as printed in https://github.com/pytorch/pytorch/issues/79388
+TORCHRUN_CONFIGS = """INFO:torch.distributed.launcher.api:Starting elastic_operator with launch configs:
+  entrypoint       : launch_mnist.py
+  min_nodes        : 2
+  max_nodes        : 2
+  nproc_per_node   : 4
+  rdzv_backend     : c10d
+step: 1, tokens_per_sec_per_gpu: 100
+"""
+# torchtune (torchtune/training/metric_logging.py DiskLogger/StdoutLogger with log_peak_memory_stats)
+TORCHTUNE_MEMORY = "\n".join(f"Step {i} | loss:1.{i} lr:2e-05 tokens_per_second_per_gpu:{400 + i} "
+                             f"peak_memory_active:20.{i} peak_memory_alloc:20.{i} peak_memory_reserved:24.{i}"
+                             for i in range(1, 6))
+
+
+def test_litgpt_iteration_times_are_kept_as_iterations_not_steps():
+    record = parse_log(LITGPT)
+    assert record["status"] == "success" and "step_time_s" not in record
+    assert record["extra"]["iter_time_s"] == pytest.approx(0.1)  # iterations 4-8: 100, 180, 100, 180, 100 ms
+    assert record["peak_memory_gib"] == pytest.approx(21.47e9 / 2**30, rel=1e-4)  # decimal GB
+
+
+def test_hf_trainer_banner_states_batch_and_processes():
+    record = parse_log(HF_BANNER)
+    assert (record["world_size"], record["micro_batch_size"], record["grad_accum_steps"]) == (8, 4, 4)
+    assert record["extra"]["global_batch_samples"] == 128 and record["extra"]["tokens_per_sec"] == 10240.5
+    assert record["status"] == "success" and "tokens_per_sec_per_gpu" not in record  # scope not stated
+
+
+def test_torchrun_launch_configs_state_nodes_and_gpus_per_node():
+    record = parse_log(TORCHRUN_CONFIGS)
+    assert (record["nodes"], record["gpus_per_node"]) == (2, 4)
+    assert "nodes" not in parse_log(TORCHRUN_CONFIGS.replace("max_nodes        : 2", "max_nodes        : 4"))
+
+
+def test_torchtune_memory_is_gib_without_a_unit():
+    record = parse_log(TORCHTUNE_MEMORY)
+    assert record["peak_memory_gib"] == pytest.approx(20.5) and record["reserved_memory_gib"] == pytest.approx(24.5)
+
+
+def test_deepspeed_launcher_world_info():
+    """deepspeed/launcher/launch.py logs "WORLD INFO DICT: {host: [local ranks]}" and "nnodes=..,
+    num_local_procs=.., node_rank=.." and "dist_world_size=.." (as in its launcher's own log lines)."""
+    text = ("[2024-01-01 00:00:00,000] [INFO] [launch.py:145:main] WORLD INFO DICT: {'gpu-1': [0, 1, 2, 3], "
+            "'gpu-2': [0, 1, 2, 3]}\n"
+            "[2024-01-01 00:00:00,000] [INFO] [launch.py:151:main] nnodes=2, num_local_procs=4, node_rank=0\n"
+            "[2024-01-01 00:00:00,000] [INFO] [launch.py:163:main] dist_world_size=8\n"
+            "step: 1, tokens_per_sec_per_gpu: 100\n")
+    record = parse_log(text)
+    assert (record["nodes"], record["gpus_per_node"], record["world_size"]) == (2, 4, 8)

@@ -19,7 +19,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from conftest import create_pg_database, drop_pg_database
 
-from service import store
+from service import run_configs, store
 from service.cli import benchmark as benchtool
 from service.db import Database, alembic_config
 from service.tables import Base
@@ -213,7 +213,9 @@ def test_database_filled_at_earlier_revision_upgrades_intact(empty_url, revision
         assert _snapshot(db, columns) == before
         with db.engine.connect() as conn:
             assert conn.execute(sa.text("SELECT count(*) FROM api_tokens")).scalar() == 1
-        assert not {"run_configs", "run_configs_state"} & set(sa.inspect(db.engine).get_table_names())  # 0006
+        assert "run_configs_state" not in sa.inspect(db.engine).get_table_names()  # 0006 (run_configs: 0018)
+        with db.session() as session:  # 0018 filled the summary from the runs stored
+            assert run_configs.stored(session) == run_configs.recompute(session)
         # and the upgraded database takes new runs through today's code
         with db.session(write=True) as session:
             _, created, _ = store.store_runs(session, list(benchtool.generate_runs(30, 99, prefix="after")))
@@ -221,6 +223,9 @@ def test_database_filled_at_earlier_revision_upgrades_intact(empty_url, revision
         with db.engine.connect() as conn:
             ids = [r[0] for r in conn.execute(sa.text("SELECT id FROM runs ORDER BY id"))]
         assert len(ids) == len(set(ids)) == 70
+        with db.session() as session:  # and today's write path keeps it
+            kept, fresh = run_configs.stored(session), run_configs.recompute(session)
+        assert kept.keys() == fresh.keys() and len(kept) > 5
     finally:
         db.dispose()
 
@@ -291,16 +296,18 @@ def test_0010_backfills_recorded_bandwidths_as_the_write_path_derives_them(empty
 
 
 def test_recommender_indexes_follow_its_group_by_keys():
-    """ix_runs_config / ix_runs_oom (PostgreSQL) are keyed by the GROUP BY key of the queries they
-    serve, in its order (what lets PostgreSQL group the index entries without sorting)."""
+    """ix_runs_oom (PostgreSQL) is keyed by the GROUP BY key of the query it serves, in its order (what
+    lets PostgreSQL group the index entries without sorting); run_configs has the configuration
+    columns of the throughput fit's GROUP BY key (ix_runs_config, which served that aggregate per
+    request, went with 0018)."""
     from service.analytics import throughput as th
-    from service.tables import Run
+    from service.tables import Run, RunConfig
 
-    indexes = {ix.name: [c.name for c in ix.expressions] for ix in Run.__table__.indexes
-               if ix.name in ("ix_runs_config", "ix_runs_oom")}
-    assert indexes["ix_runs_config"] == list(th.CONFIG_COLS)
+    assert "ix_runs_config" not in {ix.name for ix in Run.__table__.indexes}
+    indexes = {ix.name: [c.name for c in ix.expressions] for ix in Run.__table__.indexes if ix.name == "ix_runs_oom"}
     assert indexes["ix_runs_oom"] == ["gpu_type", "model_size_class", "seq_len", "dp", "tp", "pp", "cp",
                                       "zero_stage", "micro_batch_size", "recompute"]
+    assert [c.name for c in RunConfig.__table__.columns][1:1 + len(th.CONFIG_COLS)] == list(th.CONFIG_COLS)
 
 
 @pytest.mark.parametrize("backend", ["postgresql"])  # a PostgreSQL index (DuckDB aggregates from its columns)
@@ -394,5 +401,45 @@ def test_0015_relabels_stored_runs_with_the_new_failure_classes(empty_url):
         with db.engine.connect() as conn:
             back = dict(conn.execute(sa.text("SELECT run_key, error_class FROM runs")).all())
         assert back == {key: before for key, (_, before, _, _) in cases.items()}
+    finally:
+        db.dispose()
+
+
+#: (model_name, ep, extra) of stored runs and whether they are mixture-of-experts (core.model.is_moe)
+_MOE_CASES = (
+    ("Qwen3_30B_a3B", 8, None), ("Qwen3-30B-A3B", None, None), ("Qwen3_235B_a22B (tokendrop)", 1, None),
+    ("GPT OSS 120B", 8, None), ("mixtral", None, {"num_experts": 8}), ("custom", None, {"moe": True}),
+    ("custom", None, {"active_params": 2_000_000_000}), ("MPT-30b", None, None), ("llama", 1, {"moe": False}),
+    ("llama", 1, {"num_experts": 0}), ("llama", None, {"active_params": "3B"}), ("Llama-3-8B", 1, None),
+    ("A100 run", 1, None), (None, None, None),
+)
+
+
+def test_0017_moe_flag_backfills_as_the_write_path_derives_it(empty_url):
+    """0017 adds runs.is_moe: each stored run gets the flag today's write path derives for the same
+    model name, EP and extra (core.model.is_moe, service/derive.py); the downgrade keeps the runs."""
+    from core.model import is_moe
+
+    db = Database(empty_url)
+    try:
+        db.upgrade("0016")
+        rows = _insert_runs(db, len(_MOE_CASES), seed=13)
+        table = sa.Table("runs", sa.MetaData(), autoload_with=db.engine)
+        with db.engine.begin() as conn:
+            for row, (name, ep, extra) in zip(rows, _MOE_CASES):
+                conn.execute(table.update().where(table.c.run_key == row["run_key"])
+                             .values(model_name=name, ep=ep, extra=extra))
+        db.upgrade("0017")
+        with db.engine.connect() as conn:
+            got = dict(conn.execute(sa.text("SELECT run_key, is_moe FROM runs")).all())
+        want = [is_moe({"model_name": name, "ep": ep}, extra) for name, ep, extra in _MOE_CASES]
+        assert [got[r["run_key"]] for r in rows] == want
+        assert want == [True] * 7 + [False] * 7
+        db.dispose()
+        command.downgrade(alembic_config(empty_url), "0016")
+        db = Database(empty_url)
+        assert "is_moe" not in {c["name"] for c in sa.inspect(db.engine).get_columns("runs")}
+        with db.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM runs")).scalar() == len(_MOE_CASES)
     finally:
         db.dispose()

@@ -108,8 +108,9 @@ def chart(grid: hm.Grid) -> Any:
                "throughput, MFU, and the exact model size with peak memory per GPU. Colour = MFU on a fixed "
                f"scale, {lo:.0f} % → {hi:.0f} % (higher is the same green), the same on every view. Pale blue: "
                "no MFU (unknown precision or peak). Grey: only failed runs. Rows are families on a fixed log "
-               "grid (≤200M, 350M, 760M, 1–2B, 3B, 7–8B, 13B, 20B, 30–34B, 70B, 175B, 405B, 1T+; MoE apart by "
-               "total and active parameters). Click a cell or pick it below.")
+               "grid (≤200M, 350M, 760M, 1–2B, 3B, 7–8B, 13B, 20B, 30–34B, 70B, 175B, 405B, 1T+); a family's "
+               "mixture-of-experts models have a row of their own (\"30–34B MoE (A3B)\": total size, then "
+               "active parameters). Click a cell or pick it below.")
     return fig
 
 
@@ -161,12 +162,14 @@ def cell_picker(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def cell_runs(cell: dict[str, Any], metric: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     """The runs of one (family) cell, best first, as a table: GET /heatmap/cell for each exact
-    size class the family merged."""
+    size class the family merged, of the cell's kind (MoE or dense: a MoE row never lists the dense
+    runs of its size class, nor the reverse)."""
     runs: list[dict[str, Any]] = []
+    moe = hm.cell_moe(cell)
     with st.spinner("Loading the cell's runs…"):
         for size in cell.get("sizes") or [cell["model_size_class"]]:
             body = ui.call(data.get, "/heatmap/cell", model_size_class=size, nodes=cell["nodes"], metric=metric,
-                           **params)
+                           moe=moe, **params)
             runs.extend(body.get("runs", []))
     ok = [r for r in runs if r.get("status") == "success"]
     failed = [r for r in runs if r.get("status") != "success"]

@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from core.families import family_index, group_cells
+from core.families import family_index, group_cells, is_moe_cell
 from dashboard.logic.fmt import (
     compact,
     config_label,
@@ -114,6 +114,12 @@ def cell_counts(cell: Cell) -> str:
 def row_of(cell: Cell) -> str:
     """The grid row of a cell: its family (core.families), or its exact size class when ungrouped."""
     return cell.get("family") or size_label(cell["model_size_class"])
+
+
+def cell_moe(cell: Cell) -> bool:
+    """Whether a cell holds mixture-of-experts runs (core.families.is_moe_cell), as GET /heatmap/cell's
+    ``moe`` parameter."""
+    return is_moe_cell(cell)
 
 
 def sizes_text(cell: Cell) -> str:

@@ -5,7 +5,7 @@ framework: one table of option synonyms (:data:`CONFIG_KEYS`), read from ``--fla
 dump. Standard library only.
 
 Only what the text states: a key printed twice with different values is a conflict and left out
-(:class:`ingest.parsers.log_facts.Facts`); a maximum is not a size (``model_max_length``, ``cutoff_len``
+(``ingest.parsers.log_facts._Facts``); a maximum is not a size (``model_max_length``, ``cutoff_len``
 are truncation limits, not the sequence length of a batch, and are not read); ``batch_size`` alone is
 not read (per device in torchtune, per process in nanoGPT, global elsewhere).
 
@@ -19,6 +19,7 @@ nothing about a gate and is not read.
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any
 
@@ -42,18 +43,23 @@ CONFIG_KEYS: dict[str, str] = {
     **dict.fromkeys(("data_parallel_size", "dp_size"), "dp"),
     **dict.fromkeys(("micro_batch_size", "per_device_train_batch_size", "train_micro_batch_size_per_gpu",
                      "device_train_microbatch_size", "micro_batch_size_per_gpu", "per_device_batch_size",
-                     "training.local_batch_size", "local_batch_size"), "micro_batch_size"),
+                     "training.local_batch_size", "local_batch_size",
+                     "instantaneous batch size per device"), "micro_batch_size"),  # HF Trainer's banner
     **dict.fromkeys(("gradient_accumulation_steps", "grad_accum_steps", "accumulate_grad_batches",
-                     "batch_accumulation_per_replica", "gradient_accumulation_iters"), "grad_accum_steps"),
+                     "batch_accumulation_per_replica", "gradient_accumulation_iters",
+                     "gradient accumulation steps"), "grad_accum_steps"),
     **dict.fromkeys(("seq_length", "seq_len", "max_seq_len", "sequence_length", "encoder_seq_length",
                      "max_target_length", "training.seq_len"),
                     "seq_len"),
     **dict.fromkeys(("global_batch_size", "global_train_batch_size", "train_batch_size"), "global_batch_size"),
     **dict.fromkeys(("zero_stage", "zero_optimization.stage", "zero_optimization_stage"), "zero_stage"),
-    **dict.fromkeys(("num_nodes", "nnodes", "trainer.num_nodes"), "nodes"),
-    **dict.fromkeys(("nproc_per_node", "gpus_per_node", "trainer.devices", "devices", "n_gpus_per_node"),
-                    "gpus_per_node"),
-    **dict.fromkeys(("world_size",), "world_size"),
+    # torchrun's elastic agent prints its launch configs ("min_nodes : 2", "nproc_per_node : 8"); a
+    # range (min != max) is a conflict and left out. DeepSpeed's launcher: nnodes=, num_local_procs=,
+    # dist_world_size=; Accelerate's state: "Num processes: 8"
+    **dict.fromkeys(("num_nodes", "nnodes", "trainer.num_nodes", "min_nodes", "max_nodes"), "nodes"),
+    **dict.fromkeys(("nproc_per_node", "gpus_per_node", "trainer.devices", "devices", "n_gpus_per_node",
+                     "num_local_procs"), "gpus_per_node"),
+    **dict.fromkeys(("world_size", "dist_world_size", "num processes"), "world_size"),
     **dict.fromkeys(("num_layers", "num_hidden_layers", "n_layers", "n_layer"), "num_layers"),
     **dict.fromkeys(("hidden_size", "d_model", "n_embd"), "hidden_size"),
     **dict.fromkeys(("num_attention_heads", "n_heads", "n_head"), "num_heads"),
@@ -73,6 +79,8 @@ _MEGATRON_DUMP = re.compile(r"^([a-z_][a-z0-9_]*) \.{3,} (\S.*?)\s*$")
 _ARCH = re.compile(r"""["']?(?:architectures|model_type|_class_name)["']?\s*[:=]\s*\[?\s*["']?([A-Za-z0-9_]+)""")
 _TORCH_PRECISION = re.compile(r"\bprecision[ :=]+torch\.(bfloat16|float16|float32)\b")
 _ZERO_JSON = re.compile(r"""["']zero_optimization["']\s*:\s*\{[^{}]*?["']stage["']\s*:\s*([0-3])\b""")
+_HF_TOTAL_BATCH = re.compile(r"Total train batch size \(w\. parallel, distributed & accumulation\) = ([\d,]+)")
+_WORLD_INFO = re.compile(r"WORLD INFO DICT: (\{.*\})")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", "none"}
 
@@ -93,6 +101,19 @@ def _pairs(lines: list[str]) -> list[tuple[str, str]]:
             continue
         found.extend((_key(k), v) for k, v in pairs(line).items())
     return found
+
+
+def _world_info(line: str) -> dict[str, list] | None:
+    """DeepSpeed launcher's host -> local ranks map, or None."""
+    m = _WORLD_INFO.search(line)
+    if not m:
+        return None
+    try:
+        hosts = ast.literal_eval(m.group(1))
+    except (ValueError, SyntaxError):
+        return None
+    ok = isinstance(hosts, dict) and hosts and all(isinstance(v, list) and v for v in hosts.values())
+    return hosts if ok else None
 
 
 def config_facts(lines: list[str], put: Any) -> None:
@@ -121,6 +142,15 @@ def config_facts(lines: list[str], put: Any) -> None:
     zero = _ZERO_JSON.findall("\n".join(lines))  # DeepSpeed's JSON config: "zero_optimization": {"stage": 2
     if zero:
         ints.setdefault("zero_stage", set()).update(int(z) for z in zero)
+    for line in lines:  # DeepSpeed's launcher: "WORLD INFO DICT: {'node-1': [0, 1, 2, 3], 'node-2': [...]}"
+        hosts = _world_info(line)
+        if hosts:
+            ints.setdefault("nodes", set()).add(len(hosts))
+            ints.setdefault("gpus_per_node", set()).update(len(ranks) for ranks in hosts.values())
+    for line in lines:  # HF Trainer's banner (its key has a comma inside parentheses)
+        total = _HF_TOTAL_BATCH.search(line)
+        if total:
+            ints.setdefault("global_batch_size", set()).add(int(total.group(1).replace(",", "")))
     global_batch = ints.pop("global_batch_size", set())
     for field, values in ints.items():
         put(field, values)

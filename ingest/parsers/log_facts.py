@@ -79,8 +79,18 @@ def log_facts(text: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """Facts stated by the log (see the module docstring). Returns (fields, extra, derived)."""
     f = _Facts()
     extra: dict[str, Any] = {}
+    _launchers(f, extra, text)
+    _parallel_sizes(f, text)
+    _model_size(f, extra, text)
+    _hardware_and_software(f, extra, text)
+    config_facts(text.splitlines(), f.put)
+    if f.conflicts:
+        extra["conflicting_facts"] = f.conflicts
+    return f.fields, extra, f.derived
 
-    # -- launchers
+
+def _launchers(f: _Facts, extra: dict[str, Any], text: str) -> None:
+    """torchrun / NGPU / mpirun / Slurm: GPUs per node, nodes, world size."""
     nproc = _ints(rf"--nproc[_-]per[_-]node{_FLAG}(\d+)\b", text)
     nnodes = _ints(rf"--nnodes{_FLAG}(\d+)(?![\d:])", text)
     torchrun = re.search(r"\btorchrun\b|torch\.distributed\.(?:run|launch)\b", text) is not None
@@ -110,7 +120,12 @@ def log_facts(text: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         if not torchrun:  # srun launching one task per GPU; with torchrun a task is a node
             f.put("world_size", ntasks)
 
-    # -- parallel sizes printed by Megatron-LM and the torchtitan command line
+    if re.search(r"--standalone\b", text) and torchrun:
+        f.put("nodes", {1})  # torchrun --standalone: a single-node rendezvous
+
+
+def _parallel_sizes(f: _Facts, text: str) -> None:
+    """Megatron-LM's printed sizes and command line, torchtitan's flags and trainer line."""
     f.put("world_size", _ints(r"using world size: (\d+)", text))
     for name, field in (("data-parallel", "dp"), ("context-parallel", "cp"), ("tensor-model-parallel", "tp"),
                         ("pipeline-model-parallel", "pp"), ("expert-model-parallel", "ep")):
@@ -130,7 +145,14 @@ def log_facts(text: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
           | _ints(r"--(?:seq[_-]length|max[_-]seq[_-]length|seq[_-]len)[ \t=]+(\d+)\b", text)
           | _ints(r"\bmax_target_length=(\d+)\b", text))
 
-    # -- model size
+    # torchtitan's trainer line: "local batch size 1, global batch size 8, gradient accumulation steps 1,
+    # sequence length 8192" (older: "Training starts at step 1, with local batch size 5, ...")
+    f.put("micro_batch_size", _ints(r"\blocal batch size (\d+)", text))
+    f.put("grad_accum_steps", _ints(r"\bgradient accumulation steps (\d+)", text))
+
+
+def _model_size(f: _Facts, extra: dict[str, Any], text: str) -> None:
+    """Parameter counts (nanotron, Megatron, generic, Lightning's summary)."""
     params: set[int] = set()
     for value, unit in re.findall(r"Total number of parameters: ([\d.]+)\s*([KMGBT]?)\b", text):
         params.add(scale_count(value, unit))
@@ -143,7 +165,10 @@ def log_facts(text: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
         params.add(scale_count(value, unit))
     f.put("model_params", params)
 
-    # -- hardware and software
+
+
+def _hardware_and_software(f: _Facts, extra: dict[str, Any], text: str) -> None:
+    """The GPU's name (one only), NCCL/torch/CUDA versions, bf16."""
     gpus = {re.sub(r"\s+", " ", g).strip() for g in _GPU.findall(text)}
     if len(gpus) == 1:
         f.put("gpu_type", gpus)
@@ -154,13 +179,3 @@ def log_facts(text: str) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     f.put("cuda_version", set(re.findall(r"\bCUDA (?:version|Version)[ .:]*\s(\d+\.\d+)\b", text)))
     if re.search(r"\bdtype=bfloat16\b|--bf16\b(?![ =]+False)|\bbf16: True\b|\bprecision[=:]\s*['\"]?bf16", text):
         f.put("precision", {"bf16"})
-    # torchtitan's trainer line: "local batch size 1, global batch size 8, gradient accumulation steps 1,
-    # sequence length 8192" (older: "Training starts at step 1, with local batch size 5, ...")
-    f.put("micro_batch_size", _ints(r"\blocal batch size (\d+)", text))
-    f.put("grad_accum_steps", _ints(r"\bgradient accumulation steps (\d+)", text))
-    if re.search(r"--standalone\b", text) and re.search(r"\btorchrun\b|torch\.distributed\.run\b", text):
-        f.put("nodes", {1})  # torchrun --standalone: a single-node rendezvous
-    config_facts(text.splitlines(), f.put)
-    if f.conflicts:
-        extra["conflicting_facts"] = f.conflicts
-    return f.fields, extra, f.derived

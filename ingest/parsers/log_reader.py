@@ -57,6 +57,7 @@ _PREFIX = re.compile(
         r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w./-]+:\d+\]",  # glog
         r"std(?:out|err)(?: [FP])?:? ",                   # container runtime / launcher stream tags
         r"(?:severity|textPayload|jsonPayload\.message): ",  # Cloud Logging exports
+        r"\[resource\.labels\.[^\]]{0,80}\]:?",              # Vertex AI "[resource.labels.taskName: workerpool0-0]"
     )))
 
 
@@ -112,7 +113,8 @@ def _dict_pairs(line: str) -> dict[str, str] | None:
 
 # key: value / key=value inside a segment; the value is one token (a number with units, "nan", a word)
 _WORD = r"[A-Za-z_][\w/().%-]*"
-_VALUE = r"[^\s|=:,](?:[^\s|,]|,(?=\d{3}\b))*(?:\s?\([^)]*\))?"
+_VALUE = (r"[^\s|=:,](?:[^\s|,]|,(?=\d{3}\b))*"
+          r"(?: (?:[KMGT]i?B|ms|us|s|%|T?FLOPS)(?![\w/]))?(?:\s?\([^)]*\))?")  # "180.00 ms", "21.47 GB"
 _KV = re.compile(rf"(?<![\w/.-])({_WORD}(?: (?:{_WORD}|\([^)]*\)))*)\s*(?::|=)\s*({_VALUE})")
 _TABLE = re.compile(rf"^({_WORD}(?: {_WORD})*)\s+({NUM}\s*[A-Za-z%/]*|nan|inf|-inf)$", re.IGNORECASE)
 # "iter 3010: loss nan, ..." (nanoGPT), "iter 4 step 0: loss 2.63, ..." (LitGPT): the step marker first
@@ -181,7 +183,8 @@ _SECONDS = {"s": 1.0, "sec": 1.0, "secs": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e
 # --- the one table of metric synonyms ------------------------------------------------------------
 # key (normalised) -> (field, kind, default unit when the value and key carry none)
 #   kind: per_gpu (tokens/s per GPU), tflops, mfu, seconds, memory (peak allocated),
-#   reserved (peak reserved), samples (samples/s, the whole job), tokens (tokens/s, whole job or unstated)
+#   reserved (peak reserved), samples (samples/s, the whole job), tokens (tokens/s, whole job or unstated),
+#   iter_seconds (one micro-batch iteration)
 _M: list[tuple[str, str, str | None, tuple[str, ...]]] = [
     # tokens/s per GPU: nanotron tokens_per_sec_per_gpu, torchtune tokens_per_second_per_gpu, torchtitan
     # tps (and wps before it was renamed: "words" per second per GPU), Megatron-DeepSpeed "tokens per gpu
@@ -211,31 +214,41 @@ _M: list[tuple[str, str, str | None, tuple[str, ...]]] = [
     ("step_time_s", "seconds", "s", ("train_step_timing in s", "train_step_timing", "seconds", "step_time_s",
                                      "elapsed_time_per_step", "step time (s)", "time/step")),
     ("step_time_s", "seconds", None, ("time", "step_time", "step time", "iteration time")),
+    # LitGPT "iter time: 827.80ms": one iteration (micro-batch), a step only when it is the last of a
+    # gradient-accumulation cycle -- kept in extra as iter_time_s, not as the step time
+    ("iter_time_s", "iter_seconds", None, ("iter time", "iter_time")),
     # peak memory (allocated): DeepSpeed MaxMemAllocated (GB = 2^30), torchtune peak_memory_alloc (GiB),
     # OLMo "System/Peak GPU Memory (MB)" (2^20), Composer memory/peak_allocated_mem (no unit printed: not read),
     # axolotl memory/max_mem_allocated(gib), Liger total_peak_memory_allocated_MB (2^20), picotron
     # "Memory usage", torchtitan "memory" (its peak reserved: kept as the peak it prints, flagged)
     ("peak_memory_gib", "memory", None, (
-        "maxmemallocated", "max memory allocated", "max_memory_allocated", "peak_memory_alloc",
+        "maxmemallocated", "max memory allocated", "max_memory_allocated",
         "memory/max_mem_allocated", "total_peak_memory_allocated", "peak_memory_allocated", "peak allocated",
         "max allocated", "peak memory", "peak_memory", "memory usage", "max_mem_allocated", "memory",
         "system/peak gpu memory", "memory/peak_allocated_mem", "max_memory_allocated_gib")),
+    # torchtune training.get_memory_stats: max_memory_allocated() / 1024**3, printed without a unit
+    ("peak_memory_gib", "memory", "gib", ("peak_memory_alloc", "peak_memory_active")),
+    # LitGPT "Memory used: 12.34 GB" is torch.cuda.max_memory_allocated() / 1e9 (decimal gigabytes)
+    ("peak_memory_gib", "memory", "decimal", ("memory used",)),
+    ("reserved_memory_gib", "reserved", "gib", ("peak_memory_reserved",)),
     ("reserved_memory_gib", "reserved", None, (
         "gpu_memory/gpu reserved mem", "memory/device_mem_reserved", "total_peak_memory_reserved",
-        "peak_memory_reserved", "max reserved", "max_memory_reserved", "peak reserved")),
+        "max reserved", "max_memory_reserved", "peak reserved")),
     # job-wide rates (not per GPU): kept in extra
     ("samples_per_sec", "samples", None, ("samples/sec", "samplespersec", "currsamplespersec",
                                           "train_samples_per_second", "samples_per_second", "samples/second",
                                           "samples per second")),
+    # LlamaFactory's LogCallback "throughput" (tokens/s of num_input_tokens_seen, gathered over processes)
     ("tokens_per_sec", "tokens", None, ("tokens_per_sec", "tokens/s", "tokens_per_second", "train_tokens_per_second",
-                                        "step_tokens_per_second", "throughput (tokens/s)", "tokens/sec")),
+                                        "step_tokens_per_second", "throughput (tokens/s)", "tokens/sec", "tok/s",
+                                        "throughput")),
 ]
 METRICS: dict[str, tuple[str, str, str | None]] = {key: (field, kind, unit) for field, kind, unit, keys in _M
                                                     for key in keys}
 #: Keys whose unit is in the key itself: "(gib)", "_mb", "(ms)" (stripped before the table lookup).
 _KEY_UNIT = re.compile(r"\s*(?:\(([a-z]+)\)|_(gib|gb|mib|mb|bytes|ms|s))$")
 #: Job-wide rate kinds, kept apart from the per-GPU fields.
-SCOPED = ("samples", "tokens")
+SCOPED = ("samples", "tokens", "iter_seconds")
 
 
 def metric_value(key: str, raw: str) -> tuple[str, str, float] | None:
@@ -276,11 +289,14 @@ def _convert(kind: str, value: float, unit: str, default: str | None) -> float |
         if unit == "%" or (not unit and value > 1.0):
             return value / 100.0 if value <= 100.0 else None
         return value if (not unit and default == "fraction" and value <= 1.0) else None
-    if kind == "seconds":
+    if kind in ("seconds", "iter_seconds"):
         scale = _SECONDS.get(unit or (default or ""))
         return value * scale if scale is not None else None
     if kind in ("memory", "reserved"):
-        scale = _GIB.get(unit)
+        if default == "decimal":  # gigabytes and megabytes of 10^9 and 10^6 bytes
+            scale = {"gb": 1e9 / 2**30, "mb": 1e6 / 2**30}.get(unit)
+        else:
+            scale = _GIB.get(unit or (default or ""))
         return round(value * scale, 4) if scale is not None else None
     return None
 

@@ -275,7 +275,7 @@ def _reduce(steps: list[dict], generic: list[dict], memory: dict[str, float | No
         if value is not None:
             record[key] = value
     for key, name in (("samples_per_sec", "samples_per_sec"), ("tokens_per_sec", "tokens_per_sec"),
-                      ("hardware_tflops_per_gpu", "hardware_tflops_per_gpu")):
+                      ("hardware_tflops_per_gpu", "hardware_tflops_per_gpu"), ("iter_time_s", "iter_time_s")):
         value = _median(steady_fmt, key)
         value = value if value is not None else _median(steady_gen, key)
         if value is not None:
@@ -341,7 +341,7 @@ def _derive(used: list[dict], user: dict[str, Any], record: dict[str, Any], extr
             record["tokens_per_sec_per_gpu"] = float(f"{statistics.median(per_step):.6g}")
             derived.append("tokens_per_sec_per_gpu")
     return any(k in record for k in ("tokens_per_sec_per_gpu", "tflops_per_gpu", "mfu", "step_time_s")) or any(
-        k in extra for k in ("samples_per_sec", "tokens_per_sec"))
+        k in extra for k in ("samples_per_sec", "tokens_per_sec", "iter_time_s"))
 
 
 def _outcome(raw: str, used: list[dict], measured: bool, record: dict[str, Any], extra: dict[str, Any]) -> None:

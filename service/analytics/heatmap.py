@@ -1,4 +1,4 @@
-"""Best-configuration heatmap: one cell per (model size class, node count).
+"""Best-configuration heatmap: one cell per (model size class, MoE or dense, node count).
 
 Ultra-Scale Playbook, "Benchmarking thousands of configurations": for every model size and node
 count, the best successful run and its configuration. A cell's best run is the successful run with
@@ -8,6 +8,10 @@ ranking rule). Successful runs without the metric rank after those with it, so a
 successes always shows one. Cells carry counts of successful, OOM and
 other failed runs; a cell with only failures has `best = None`. A cell's best run is carried as the
 columns of BEST_COLUMNS only (its config, metrics and memory); the whole run is GET /api/v1/runs/{id}.
+
+A mixture-of-experts model and a dense model of the same total size (Qwen3-30B-A3B and MPT-30B) are
+different rows: the cell key includes the run's stored ``moe`` flag (core.model.is_moe, service/derive.py),
+so neither hides the other.
 """
 
 from __future__ import annotations
@@ -93,9 +97,10 @@ class HeatmapFilters:
 
 
 def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per_sec_per_gpu") -> list[dict[str, Any]]:
-    """All cells, sorted by (model_size_class, nodes), from one query over `runs` per request.
+    """All cells, sorted by (model_size_class, moe, nodes), from one query over `runs` per request.
 
-    Returns [{"model_size_class": float (billions), "nodes": int, "best": {column: value} | None
+    Returns [{"model_size_class": float (billions), "moe": bool (the cell's runs are
+    mixture-of-experts: :data:`MOE`), "nodes": int, "best": {column: value} | None
     (the BEST_COLUMNS of the cell's best run, plain Python values; started_at a naive UTC datetime),
     "n_success": int, "n_oom": int, "n_failed": int}]. The best run of a cell is the successful run
     first in service/ranking.py's order (metric, then MFU, then the lower id). Nothing is kept
@@ -119,6 +124,7 @@ def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per
         best = {name: row[f"best_{name}"] for name in BEST_COLUMNS} if row["best_id"] is not None else None
         cells.append({
             "model_size_class": row["model_size_class"],
+            "moe": bool(row["moe"]),
             "nodes": row["nodes"],
             "best": best,
             "n_success": n_success,
@@ -128,9 +134,22 @@ def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per
     return cells
 
 
+#: MoE or dense (core.model.is_moe, stored by service/derive.py); a run stored without the flag
+#: (written by outside SQL) counts as dense
+MOE: sa.ColumnElement[bool] = sa.func.coalesce(Run.is_moe, sa.false())
+#: the cell key: size class, MoE or dense, node count (CELL_COLUMNS: the same, selected by name)
+CELL_KEY = (Run.model_size_class, MOE, Run.nodes)
+CELL_COLUMNS = (Run.model_size_class, MOE.label("moe"), Run.nodes)
+
+
+def _same_cell(cells: Any) -> sa.ColumnElement[bool]:
+    """The run's cell key equals that of the CTE ``cells``."""
+    return sa.and_(Run.model_size_class == cells.c.model_size_class, MOE == cells.c.moe, Run.nodes == cells.c.nodes)
+
+
 def _counts() -> list[SqlExpr]:
     return [
-        Run.model_size_class, Run.nodes,
+        *CELL_COLUMNS,
         sa.func.count().filter(Run.status == "success").label("n_success"),
         sa.func.count().filter(Run.status == "oom").label("n_oom"),
         sa.func.count().label("n_all"),
@@ -148,46 +167,49 @@ def _cells_duckdb(value: sa.ColumnElement, conds: list[sa.ColumnElement]) -> sa.
     the ranking (higher MFU, lower id); the best run's columns joined by id."""
     mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
     cells = (sa.select(*_counts(), sa.func.max(value).filter(Run.status == SUCCESS_LITERAL).label("top"))
-             .where(*conds).group_by(Run.model_size_class, Run.nodes).cte("cells"))
+             .where(*conds).group_by(*CELL_KEY).cte("cells"))
     key = sa.tuple_(mfu.is_(None), -sa.func.coalesce(mfu, 0.0), Run.id)
     # metrics are positive, so -1 stands for "none": a cell without the metric keeps all its runs
     at_top = sa.func.coalesce(value, -1.0) == sa.func.coalesce(cells.c.top, -1.0)
-    best = (sa.select(Run.model_size_class, Run.nodes, sa.func.arg_min(Run.id, key).label("best_id"))
-            .join(cells, sa.and_(Run.model_size_class == cells.c.model_size_class, Run.nodes == cells.c.nodes,
-                                 at_top))
+    best = (sa.select(*CELL_COLUMNS, sa.func.arg_min(Run.id, key).label("best_id"))
+            .join(cells, sa.and_(_same_cell(cells), at_top))
             .where(*conds, Run.status == SUCCESS_LITERAL)
-            .group_by(Run.model_size_class, Run.nodes).cte("best"))
+            .group_by(*CELL_KEY).cte("best"))
     row = Run.__table__.alias("best_run")
-    return (sa.select(cells.c.model_size_class, cells.c.nodes, cells.c.n_success, cells.c.n_oom, cells.c.n_all,
-                      *_best_columns(row))
+    return (sa.select(cells.c.model_size_class, cells.c.moe, cells.c.nodes, cells.c.n_success, cells.c.n_oom,
+                      cells.c.n_all, *_best_columns(row))
             .select_from(cells.outerjoin(best, sa.and_(best.c.model_size_class == cells.c.model_size_class,
+                                                       best.c.moe == cells.c.moe,
                                                        best.c.nodes == cells.c.nodes))
                          .outerjoin(row, row.c.id == best.c.best_id))
-            .order_by(cells.c.model_size_class, cells.c.nodes))
+            .order_by(cells.c.model_size_class, cells.c.moe, cells.c.nodes))
 
 
 def _cells_lateral(value: sa.ColumnElement, conds: list[sa.ColumnElement]) -> sa.Select:
     """Counts per cell, LEFT JOIN LATERAL the top-1 successful run of the cell (PostgreSQL)."""
-    cells = sa.select(*_counts()).where(*conds).group_by(Run.model_size_class, Run.nodes).cte("cells")
+    cells = sa.select(*_counts()).where(*conds).group_by(*CELL_KEY).cte("cells")
     mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
     table = Run.__table__
     top = (sa.select(*_best_columns(table))
-           .where(*conds, Run.status == SUCCESS_LITERAL, Run.model_size_class == cells.c.model_size_class,
-                  Run.nodes == cells.c.nodes)
+           .where(*conds, Run.status == SUCCESS_LITERAL, _same_cell(cells))
            .order_by(*best_order(value, mfu, Run.id))
            .limit(1).lateral("top"))
     return (sa.select(cells, top).select_from(cells.outerjoin(top, sa.true()))
-            .order_by(cells.c.model_size_class, cells.c.nodes))
+            .order_by(cells.c.model_size_class, cells.c.moe, cells.c.nodes))
 
 
 def cell_runs(session: Session, filters: HeatmapFilters, model_size_class: float, nodes: int,
-              metric: str = "tokens_per_sec_per_gpu", limit: int = 500) -> list[Run]:
+              metric: str = "tokens_per_sec_per_gpu", limit: int = 500, moe: bool | None = None) -> list[Run]:
     """The runs of one cell: successes first in the ranking order (service/ranking.py), then the
-    failures in the same order; at most `limit`."""
+    failures in the same order; at most `limit`. ``moe``: True the cell's mixture-of-experts runs,
+    False its dense ones (a run stored without the flag counts as dense), None both."""
     value = metric_expr(metric)
     mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
+    conds = [*filters.conditions(), Run.model_size_class == model_size_class, Run.nodes == nodes]
+    if moe is not None:
+        conds.append(MOE == moe)
     return list(session.scalars(
-        sa.select(Run).where(*filters.conditions(), Run.model_size_class == model_size_class, Run.nodes == nodes)
+        sa.select(Run).where(*conds)
         .order_by(Run.status != "success", *best_order(value, mfu, Run.id)).limit(limit)))
 
 

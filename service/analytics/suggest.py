@@ -30,8 +30,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import sqlalchemy as sa
-from scipy.stats import norm
+from scipy.special import ndtr
 from sqlalchemy.orm import Session
 
 from core.rules import CONFIG_FIELDS
@@ -41,6 +42,8 @@ from service.tables import Run
 
 #: the standard normal's 90th percentile: an 80 % two-sided interval is μ·exp(±Z80·σ)
 Z80 = 1.2816
+#: √(2π), the standard normal density's constant (scipy.stats._continuous_distns._norm_pdf_C)
+_NORM_PDF_C = np.sqrt(2 * np.pi)
 
 
 def best_recorded(session: Session, ctx: CompletedTarget) -> dict[str, Any] | None:
@@ -58,10 +61,27 @@ def best_recorded(session: Session, ctx: CompletedTarget) -> dict[str, Any] | No
 
 def expected_improvement(mu: float, best: float, sigma: float) -> float:
     """EI of a log-normal prediction `mu` (σ in log units) over `best`, as a fraction of `best`."""
-    if sigma <= 0:
-        return max(0.0, math.log(mu / best))
-    z = (math.log(mu) - math.log(best)) / sigma
-    return sigma * (z * norm.cdf(z) + norm.pdf(z))
+    return expected_improvements([mu], best, [sigma])[0]
+
+
+def expected_improvements(mus: list[float], best: float, sigmas: list[float]) -> list[float]:
+    """expected_improvement of each (mu, sigma) at once: Φ and φ evaluated over one array, as
+    scipy.stats.norm computes them (its _norm_cdf = ndtr, _norm_pdf = exp(−z²/2)/√(2π) on an array:
+    the same floats as norm.cdf/pdf, which check their arguments on every call, ~0.15 ms each)."""
+    out = [0.0] * len(mus)
+    zs, where = [], []
+    for i, (mu, sigma) in enumerate(zip(mus, sigmas, strict=True)):
+        if sigma <= 0:
+            out[i] = max(0.0, math.log(mu / best))
+        else:
+            zs.append((math.log(mu) - math.log(best)) / sigma)
+            where.append(i)
+    if zs:
+        z = np.array(zs, dtype=float)
+        cdf, pdf = ndtr(z), np.exp(-z**2 / 2.0) / _NORM_PDF_C
+        for j, i in enumerate(where):
+            out[i] = sigmas[i] * (zs[j] * float(cdf[j]) + float(pdf[j]))
+    return out
 
 
 def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, Any]:
@@ -85,7 +105,7 @@ def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, An
         return {"target": rec.target_body(prep), "best_recorded": best, "model": prep.fit.describe(),
                 "suggestions": [], "notes": prep.notes + ["no unrecorded configuration is valid for this target"]}
     y = best["tokens_per_sec_per_gpu"] if best else max(i.predicted["tokens_per_sec_per_gpu"] for i in items)
-    ranked = []
+    mus, sigmas = [], []
     for item in items:
         p, a = item.predicted, item.predicted["anchor"]
         # σ: what the fit and the layout family's evidence leave of the uncertainty (kriging); the
@@ -95,8 +115,10 @@ def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, An
         sigma = sigma0 * math.sqrt(a["variance"])
         lower = math.log(p["tokens_per_sec_per_gpu"] / p["interval"][0])
         shift = max(0.0, lower - Z80 * sigma)
-        ei = expected_improvement(p["tokens_per_sec_per_gpu"] * math.exp(-shift), y, sigma)
-        ranked.append((-ei, tuple(str(item.config[f]) for f in CONFIG_FIELDS), item, ei, sigma))
+        mus.append(p["tokens_per_sec_per_gpu"] * math.exp(-shift))
+        sigmas.append(sigma)
+    ranked = [(-ei, tuple(str(item.config[f]) for f in CONFIG_FIELDS), item, ei, sigma)
+              for item, ei, sigma in zip(items, expected_improvements(mus, y, sigmas), sigmas, strict=True)]
     ranked.sort(key=lambda e: e[:2])
     out: list[dict[str, Any]] = []
     counts: dict[str, int] = {}

@@ -45,6 +45,9 @@ CellBest = create_model(  # type: ignore[call-overload]  # fields built from Run
 
 class HeatmapCell(BaseModel):
     model_size_class: float
+    moe: bool = Field(description="the cell's runs are mixture-of-experts (EP > 1, experts declared, or active "
+                                  "parameters known: core.model.is_moe); a MoE and a dense model of one size "
+                                  "class are two cells")
     nodes: int
     best: CellBest | None  # type: ignore[valid-type]  # a pydantic model built by create_model
     config_label: str | None
@@ -60,6 +63,7 @@ class Heatmap(BaseModel):
 
 class CellRuns(BaseModel):
     model_size_class: float
+    moe: bool | None
     nodes: int
     runs: list[RunOut]
 
@@ -92,11 +96,12 @@ def heatmap(
     filters: FiltersDep,
     metric: Metric = "tokens_per_sec_per_gpu",
 ) -> Response:
-    """Best run per (model size class, nodes) cell (Ultra-Scale Playbook heatmap).
+    """Best run per (model size class, MoE or dense, nodes) cell (Ultra-Scale Playbook heatmap).
 
-    `{"metric", "cells": [{"model_size_class", "nodes", "best", "config_label", "n_success", "n_oom",
-    "n_failed"}]}`, cells sorted by (model_size_class, nodes). `model_size_class` is in billions of
-    parameters (2 significant figures). A cell's `best` is the successful run with the highest
+    `{"metric", "cells": [{"model_size_class", "moe", "nodes", "best", "config_label", "n_success", "n_oom",
+    "n_failed"}]}`, cells sorted by (model_size_class, moe, nodes). `model_size_class` is in billions of
+    parameters (2 significant figures); `moe` keeps a mixture-of-experts model (Qwen3-30B-A3B) and a
+    dense one of the same size class (MPT-30B) in two cells. A cell's `best` is the successful run with the highest
     `metric` (tokens/s/GPU, or MFU as a fraction), as a CellBest: its id, config, hardware,
     workload and metrics (tokens/s per GPU, TFLOP/s per GPU, MFU/HFU fractions, peak memory GiB
     per GPU, step time s); the whole run is GET /runs/{id}, the cell's runs GET /heatmap/cell.
@@ -116,10 +121,12 @@ def heatmap_cell(
     filters: FiltersDep,
     metric: Metric = "tokens_per_sec_per_gpu",
     limit: Annotated[int, Query(ge=1, le=1000)] = 500,
+    moe: bool | None = None,
 ) -> Response:
-    """Every run of one heatmap cell: successes best first, then failures (same filters as /heatmap)."""
-    runs = hm.cell_runs(session, filters, model_size_class, nodes, metric, limit)
-    return model_response(CellRuns, {"model_size_class": model_size_class, "nodes": nodes, "runs": runs})
+    """Every run of one heatmap cell: successes best first, then failures (same filters as /heatmap).
+    `moe`: the cell's `moe` (true: its mixture-of-experts runs, false: its dense ones); left out, both."""
+    runs = hm.cell_runs(session, filters, model_size_class, nodes, metric, limit, moe)
+    return model_response(CellRuns, {"model_size_class": model_size_class, "moe": moe, "nodes": nodes, "runs": runs})
 
 
 class Slice(BaseModel):

@@ -16,7 +16,9 @@ from service.cli import (  # noqa: F401  (register the commands)
     server,
     sweep_cmds,
 )
-from service.cli.base import app
+from service.cli.base import app, reflow_help
+
+reflow_help(app)
 
 
 def main() -> None:

@@ -53,18 +53,18 @@ def pick_slice(gpu_type: str | None, seq_len: int | None, params: dict) -> tuple
 
 
 def family_filter(cells: list[dict], model: str) -> list[dict]:
-    """The cells of one family: a family label ("7-8B", "7–8B") or a size ("8B", "1.3", "350M"), which
-    means the family it falls in (core.families.family_of) — as --model means a size elsewhere."""
-    from core.families import family_of
-    from core.record import parse_param_count
+    """The cells of one family: a row label ("7-8B", "30–34B MoE (A3B)") or a size ("8B", "1.3",
+    "350M"), which means the family it falls in (core.families.family_named), dense and MoE rows
+    both — as --model means a size elsewhere."""
+    from core.families import MOE_MARK, family_named
 
     wanted = model.replace("-", "–").lower()
     try:
-        fam = family_of(parse_param_count(model) / 1e9).label.lower()
+        fam: str | None = family_named(model).label.lower()
     except ValueError:
         fam = None
     return [c for c in cells if c["family"].lower() == wanted
-            or (fam is not None and (c["family"].lower() == fam or c["family"].lower().startswith(f"moe {fam} ")))]
+            or (fam is not None and c["family"].partition(MOE_MARK)[0].lower() == fam)]
 
 
 @app.command()
@@ -95,7 +95,8 @@ def heatmap(
         return
     cells = body["cells"]
     if exact:
-        cells = [{**c, "family": render.size(c["model_size_class"]), "sizes": [c["model_size_class"]]}
+        cells = [{**c, "family": render.size(c["model_size_class"]) + (" MoE" if c.get("moe") else ""),
+                  "sizes": [c["model_size_class"]]}
                  for c in cells if c.get("model_size_class") is not None]
     else:
         cells = group_cells(cells, metric)

@@ -95,3 +95,36 @@ def fetch(path: str, as_json: bool, **params: Any) -> Any | None:
         print_json(body)
         return None
     return body
+
+
+def reflow(doc: str | None) -> str | None:
+    """A command's docstring as paragraphs typer can wrap: the lines of a paragraph joined by spaces
+    (typer ≥ 0.16 keeps the single line breaks of every paragraph after the first, so a docstring
+    wrapped at 100 characters came out ragged in an 80-column terminal); a bullet ("- ") starts a
+    line of its own; blank lines still separate paragraphs; text after a "\\f" line is kept as is."""
+    if not doc:
+        return doc
+    import inspect
+
+    text, cut, rest = inspect.cleandoc(doc).partition("\f")
+    body = text.rstrip("\n")
+    paragraphs = []
+    for para in body.split("\n\n"):
+        lines: list[str] = []
+        for line in para.splitlines():
+            stripped = line.strip()
+            if lines and not stripped.startswith("- "):
+                lines[-1] += " " + stripped
+            else:
+                lines.append(stripped)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs) + text[len(body):] + cut + rest
+
+
+def reflow_help(typer_app: typer.Typer) -> None:
+    """:func:`reflow` the help of every command and sub-command group of ``typer_app`` (in place)."""
+    for info in typer_app.registered_commands:
+        info.help = reflow(info.help or (info.callback.__doc__ if info.callback else None))
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            reflow_help(group.typer_instance)

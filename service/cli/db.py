@@ -9,7 +9,7 @@ from service.db import Database
 from service.errors import ScalebookError
 from service.settings import get_settings
 
-db_app = typer.Typer(help="Database schema: upgrade, current revision, check.", no_args_is_help=True)
+db_app = typer.Typer(help="Database schema: upgrade, current revision, check, rebuild-configs.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 
@@ -46,6 +46,27 @@ def check() -> None:
     try:
         db.check_schema()
         console.print("schema is at head")
+    except ScalebookError as exc:
+        fail(exc.message)
+    finally:
+        db.dispose()
+
+
+@db_app.command("rebuild-configs")
+def rebuild_configs() -> None:
+    """Rebuild run_configs, the per-configuration summary of the successful runs, from `runs`.
+
+    Every scalebook write keeps it in its own transaction; this is for runs changed with outside
+    SQL (DELETE/UPDATE on `runs` behind scalebook's back), after which /recommend and /suggest would
+    read a summary that no longer matches the runs."""
+    from service import run_configs
+
+    db = Database(get_settings().url)
+    try:
+        db.check_schema()
+        with db.session(write=True) as session:
+            n = run_configs.rebuild(session)
+        console.print(f"run_configs rebuilt: {n:,} configurations")
     except ScalebookError as exc:
         fail(exc.message)
     finally:
