@@ -8,9 +8,9 @@
 * ``start`` returns at once: a daemon thread opens the run (POST /api/v1/runs, ``status: running``), then
   every ``heartbeat_s`` (SCALEBOOK_HEARTBEAT_S, default core.lifecycle.DEFAULT_HEARTBEAT_S, 30 s) sends
   the buffered steps (POST /runs/{run_key}/steps, in batches of ``step_batch``; sooner when that many
-  wait) or, with none, a heartbeat. The thread never raises, never blocks the training loop (``step``
-  only appends under a lock) and dies with the process (daemon), so a SIGKILLed job simply stops heartbeating and its run
-  reads ``lost`` on the server after lost_after_s.
+  wait) or, with none, a heartbeat. The thread never raises, never blocks the training loop
+  (``step`` only appends under a lock) and dies with the process (daemon), so a SIGKILLed job simply
+  stops heartbeating and its run reads ``lost`` on the server after lost_after_s.
 * ``finish`` (in the caller's thread) stops the thread, sends the steps still buffered, then the full
   record with its finished status under the same run_key — the terminal update.
 * Offline. Every request retries as the push client does (:class:`ingest.client.Client`: backoff with
