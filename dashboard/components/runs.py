@@ -74,7 +74,7 @@ def table(runs: list[dict[str, Any]], query: dict[str, Any], sort: str, total: i
     """The page as a table, plus CSV downloads of this page and of EVERY matching run (all pages,
     fetched when clicked; every field, as `scalebook export` writes it)."""
     st.dataframe(rl.styled(rl.runs_table(runs)), hide_index=True, column_config=COLUMNS, key="runs_table")
-    c1, c2, _ = st.columns([1, 1, 2])
+    c1, c2, _ = st.columns([2, 1.4, 0.6])  # the first label ("All 1,989 matching runs as CSV") whole at 1280 px
     with c1:
         ui.csv_download(f"All {total:,} matching runs as CSV",
                         lambda: rl.runs_csv(data.all_runs(max_runs=None, sort=sort, **query)[0]),

@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from core.record import STATUSES
+from core.rules import parallel_label
 from dashboard.logic.fmt import config_label, size_label
 
 Run = Mapping[str, Any]
@@ -72,15 +73,10 @@ def class_figure(table: pd.DataFrame) -> go.Figure:
 
 
 def layout_label(run: Run) -> str:
-    """The parallel layout of a run without the batch knobs: "DP16 TP2 PP1 Z1" (CP when > 1 or
-    unknown, "CP?"; EP when > 1); an unknown degree shows as "?", never as 1."""
-    dims = [f"DP{run.get('dp') or '?'}", f"TP{run.get('tp') or '?'}", f"PP{run.get('pp') or '?'}"]
-    if run.get("cp") is None or run["cp"] > 1:
-        dims.append(f"CP{run.get('cp') or '?'}")
-    if (run.get("ep") or 0) > 1:
-        dims.append(f"EP{run['ep']}")
+    """The parallel layout of a run without the batch knobs: "DP16 TP2 PP1 Z1" (core.rules.parallel_label
+    and the ZeRO stage); an unknown degree shows as "?", never as 1."""
     zero = run.get("zero_stage")
-    return " ".join([*dims, f"Z{zero if zero is not None else '?'}"])
+    return f"{parallel_label(run)} Z{zero if zero is not None else '?'}"
 
 
 def _values(values: set[Any]) -> str:
