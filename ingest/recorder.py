@@ -40,7 +40,8 @@ Measurement
   when a launcher did not say it), gpus_per_node (LOCAL_WORLD_SIZE), nodes (world_size /
   LOCAL_WORLD_SIZE), gpu_type (``torch.cuda.get_device_name``; the
   server maps it to the catalog name), torch/CUDA/NCCL versions, framework ``"pytorch"``,
-  source ``"recorder"``, started_at, run_key (uuid4 hex, made at construction: ``rec.run_key``).
+  source ``"recorder"``, started_at, run_key (SCALEBOOK_RUN_KEY when set — the run `scalebook agent`
+  opened for its sweep lease — else uuid4 hex, made at construction: ``rec.run_key``).
   Parallelism degrees are never filled with 1: give tp/pp/cp/ep in ``run_fields``; the server
   derives dp (and any one missing degree) from tp·pp·cp·dp = world_size and says so.
   MFU is left to the server (``mfu_derived`` from model_params/dims and the hardware catalog).
@@ -137,7 +138,9 @@ class Recorder:
         self.warmup_steps = int(warmup_steps)
         self.push = push
         self.reduce = reduce
-        self.run_key: str = str(self.run_fields.get("run_key") or uuid.uuid4().hex)
+        # under `scalebook agent` the run is already open under SCALEBOOK_RUN_KEY (its sweep lease)
+        self.run_key: str = str(self.run_fields.get("run_key") or os.environ.get("SCALEBOOK_RUN_KEY")
+                                or uuid.uuid4().hex)
         self.steps = 0
         self.timed_steps = 0
         self.timed_tokens = 0
