@@ -4,6 +4,7 @@ registering itself on `app` (or adding a sub-app), so no module grows into a god
 from __future__ import annotations
 
 from service.cli import (  # noqa: F401  (register the commands)
+    agent_cmds,
     analysis_cmds,
     analytics,
     db,
