@@ -88,7 +88,8 @@ Lines that match none of these are not error lines (``None``).
 
 Root cause of a whole log
 -------------------------
-:func:`classify_text` classifies every line, then:
+:func:`classify_text` classifies every line (a line whose only evidence is a logged NaN/inf metric,
+``rules.NAN_METRIC``, is no root cause: a framework may skip such a step and recover), then:
 
 * *refinement*: an NCCL result-code line (unhandled CUDA error, system error, internal/invalid usage,
   remote error) whose next few lines (:data:`REFINE_WINDOW`) quote a process-local fault (the
@@ -186,6 +187,21 @@ def _has_keyword(lowered: str) -> bool:
 
 def classify_line(line: str) -> str | None:
     """The DESIGN §6 error class of one log line, or ``None`` if it is not an error line."""
+    return _line_class(line)[0]
+
+
+def _line_class(line: str) -> tuple[str | None, bool]:
+    """``(class, metric_only)``: the line's class as :func:`classify_line` reports it, and whether the
+    only evidence is a logged NaN/inf metric (``rules.NAN_METRIC``), which :func:`classify_text` does not
+    take as a root cause."""
+    cls = _classify(line)
+    if cls == "divergence" and rules.NAN_METRIC.search(line):
+        other = next(p for c, p in RULES if c == "divergence" and p is not rules.NAN_METRIC)
+        return cls, not other.search(line)
+    return cls, False
+
+
+def _classify(line: str) -> str | None:
     if not line or "NCCL INFO" in line:
         return None
     if "\x1b" in line:
@@ -222,8 +238,8 @@ def classify_text(text: str) -> Classification:
     found: list[tuple[int, str]] = []  # (0-based index, class) of every error line
     classes: dict[int, str] = {}
     for i, line in enumerate(lines):
-        cls = classify_line(line)
-        if cls is not None:
+        cls, metric_only = _line_class(line)
+        if cls is not None and not metric_only:
             found.append((i, cls))
             classes[i] = cls
     if not found:

@@ -11,7 +11,8 @@ import re
 
 from core.record import ERROR_CLASSES
 
-__all__ = ["ANSI", "BENIGN", "CODE_LINE", "FAILING_WARNING", "FAILURES_WARNED", "KEYWORDS", "NCCL_PROXY_CODE",
+__all__ = ["ANSI", "BENIGN", "CODE_LINE", "FAILING_WARNING", "FAILURES_WARNED", "KEYWORDS", "NAN_METRIC",
+           "NCCL_PROXY_CODE",
            "NCCL_RESULT", "PREFIX", "RULES", "WARNING_LINE", "XID_APPLICATION", "XID_CODE"]
 
 _I = re.IGNORECASE
@@ -53,6 +54,14 @@ XID_CODE = re.compile(
 )
 # Xid codes NVIDIA's Xid catalog attributes to the application rather than the GPU (docstring, rule 3).
 XID_APPLICATION = {13: "unknown", 31: "cuda_illegal_memory_access", 43: "unknown", 45: "unknown"}
+# A logged metric that is NaN or inf: HF Trainer's dict ("{'loss': nan, 'grad_norm': nan, ...}"),
+# Megatron's iteration line ("lm loss: NAN | ... | grad norm: nan |"), torchtitan's "loss: nan". On its own
+# such a line reads as divergence (classify_line); over a whole log it is not a root cause (classify_text
+# skips it): a framework may skip a non-finite step and recover, which only the series shows
+# (ingest/parsers/logs.py counts the non-finite steps and decides).
+NAN_METRIC = re.compile(
+    r"(?<![\w.])['\"]?(?:lm loss|loss|grad norm|grad_norm)['\"]?\s*[:=]\s*['\"]?(?:nan|[-+]?inf)\b", re.IGNORECASE
+)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours (torchtitan, rich, ...)
 # Prefixes in front of the message: "[rank3]:", "[default0]:", "[1,0]<stderr>:", srun -l "12: ".
 PREFIX = re.compile(r"^(?:\s*(?:\[[^\]]{0,60}\](?:<\w+>)?:|\d{1,5}:(?=\s)))+")
@@ -208,9 +217,6 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bnan (?:loss|detected|encountered|values? (?:found|detected) in)\b|\bNaN or Inf (?:found|detected)",
             # InternEvo/InternLM's "Nan grad norm occurs, please check it"
             r"\bnan grad(?:ient)?[ _]norm\b",
-            # a logged metric that is NaN or inf: HF Trainer's dict ("{'loss': nan, 'grad_norm': nan, ...}"),
-            # Megatron's iteration line ("lm loss: NAN | ... | grad norm: nan |"), torchtitan's "loss: nan"
-            r"(?<![\w.])['\"]?(?:lm loss|loss|grad norm|grad_norm)['\"]?\s*[:=]\s*['\"]?(?:nan|[-+]?inf)\b",
             r"\bnon-?finite (?:loss|value|gradients?|grad norm)\b.*(?:detected|found|encountered|stop|abort)",
             # Megatron-LM's checks (training.py / rerun_state_machine.py): "Rank 3: found NaN in local
             # grad norm in backward pass ...", "found NaN in local forward loss calculation"
@@ -223,6 +229,8 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             flags=_I,
         ),
     ),
+    # a logged metric that is NaN or inf (NAN_METRIC): a line of its own, but no root cause of a whole log
+    ("divergence", NAN_METRIC),
     (
         "invalid_config",
         _rx(

@@ -651,3 +651,14 @@ def test_gsp_recovery_after_a_critical_xid_reads_the_xid():
         == "gpu_hardware_fault"
     assert classify_line("NVRM: kgspRcAndNotifyAllChannels_IMPL: RC all channels for critical error 31.") \
         == "cuda_illegal_memory_access"
+
+
+def test_a_nan_metric_is_divergence_alone_but_no_root_cause_of_a_log():
+    """A logged NaN/inf metric line reads as divergence on its own, but over a whole log it is not a
+    root cause: the framework may skip the step and recover (the log reader counts non-finite steps)."""
+    nan_line = "{'loss': nan, 'grad_norm': nan, 'learning_rate': 4e-05, 'epoch': 0.01}"
+    assert classify_line(nan_line) == "divergence"
+    recovered = classify_text("\n".join([nan_line, "{'loss': 0.664, 'grad_norm': 0.59, 'epoch': 0.02}"]))
+    assert recovered.error_class is None
+    crashed = classify_text("\n".join([nan_line, "FloatingPointError: Loss became infinite or NaN at iteration=5!"]))
+    assert (crashed.error_class, crashed.line_no) == ("divergence", 2)
