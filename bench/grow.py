@@ -29,12 +29,13 @@ if str(REPO) not in sys.path:
 import sqlalchemy as sa  # noqa: E402
 
 from service.db import Database  # noqa: E402
+from service.settings import normalise_url  # noqa: E402
 from service.tables import Run  # noqa: E402
 
 
 def grow(url: str, runs: int) -> dict[str, int]:
     """Copy the stored runs until at least `runs` are stored; returns {before, after, copies}."""
-    db = Database(url)
+    db = Database(normalise_url(url))
     db.upgrade()
     names = [c.name for c in Run.__table__.columns if c.name != "id"]
     try:

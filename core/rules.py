@@ -35,6 +35,19 @@ def _degree(value: Any) -> str:
     return "?" if value is None else str(value)
 
 
+def parallel_label(run: Run) -> str:
+    """'DP8 TP1 PP1' for a run or config mapping: the parallel degrees of config_label (CP when > 1
+    or unknown, EP when > 1; an unknown degree as '?')."""
+    get = run.get
+    parts = [f"DP{_degree(get('dp'))}", f"TP{_degree(get('tp'))}", f"PP{_degree(get('pp'))}"]
+    cp, ep = get("cp"), get("ep")
+    if cp is None or cp > 1:
+        parts.append(f"CP{_degree(cp)}")
+    if ep is not None and ep > 1:
+        parts.append(f"EP{ep}")
+    return " ".join(parts)
+
+
 def config_label(run: Run) -> str:
     """'DP8 TP1 PP1 GAS16 Z1 MBS2' for a run or config mapping (CONFIG_FIELDS).
 
@@ -43,13 +56,7 @@ def config_label(run: Run) -> str:
     it were 1); EP when > 1 (an unknown EP is not shown: dense runs do not state it, so 'EP?' would be
     on nearly every label); 'RC:<mode>' when recompute is set and not 'none'."""
     get = run.get
-    parts = [f"DP{_degree(get('dp'))}", f"TP{_degree(get('tp'))}", f"PP{_degree(get('pp'))}"]
-    cp, ep = get("cp"), get("ep")
-    if cp is None or cp > 1:
-        parts.append(f"CP{_degree(cp)}")
-    if ep is not None and ep > 1:
-        parts.append(f"EP{ep}")
-    parts += [f"GAS{_degree(get('grad_accum_steps'))}", f"Z{_degree(get('zero_stage'))}",
+    parts = [parallel_label(run), f"GAS{_degree(get('grad_accum_steps'))}", f"Z{_degree(get('zero_stage'))}",
               f"MBS{_degree(get('micro_batch_size'))}"]
     recompute = get("recompute")
     if recompute and recompute != "none":

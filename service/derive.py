@@ -87,7 +87,9 @@ class FieldError:
 
 
 def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
-    """Fill derived columns of one validated record and check cross-field invariants.
+    """Fill derived columns of one validated record and check cross-field invariants, in phases:
+    catalog names (_canonical_names), the cluster and parallel layout (_layout), the global batch,
+    the parameter count the FLOPs rule takes (_flops_params), MFU and HFU (_utilisation).
 
     `rec` is a RunIn dump (wire field names, python types). Returns (row, errors): `row` holds every
     `runs` column except id/run_key/content_hash/ingested_at; `errors` is empty when the record
@@ -96,8 +98,31 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
     row = dict(rec)
     errors: list[FieldError] = []
     extra = dict(row.get("extra") or {})
+    canonicalised = _canonical_names(row, extra)
+    derived = _layout(row, errors)  # a degree the record does not state stays None (NULL)
+    if row.get("global_batch_tokens") is None:
+        mbs, gas, seq = row.get("micro_batch_size"), row.get("grad_accum_steps"), row.get("seq_len")
+        if row["dp"] and mbs and gas and seq:
+            row["global_batch_tokens"] = row["dp"] * mbs * gas * seq
+            derived.append("global_batch_tokens")
+    derived += known_dims(row, extra)
+    _utilisation(row, *_flops_params(row, extra), errors)
+    # which stored values the server computed from the others (never a value without evidence)
+    if derived:
+        extra["derived_fields"] = sorted(set(derived) | set(extra.get("derived_fields") or []))
+    if canonicalised:
+        extra["canonicalised_fields"] = canonicalised
+    for key in RECORDED_BANDWIDTHS:
+        row[key] = _number(extra.get(key))
+    row["extra"] = extra or None
+    row["fingerprint"] = fingerprint(row)
+    return row, errors
 
-    canonicalised: list[str] = []  # fields rewritten to catalog names; the reported name is kept in extra
+
+def _canonical_names(row: dict[str, Any], extra: dict[str, Any]) -> list[str]:
+    """gpu_type and precision rewritten (in place) to the catalog's names (core.hardware), the
+    reported names kept in `extra`; returns the fields rewritten."""
+    canonicalised: list[str] = []
     reported_gpu = row.get("gpu_type")
     canonical = hardware.canonical_gpu_type(reported_gpu)
     if canonical and canonical != reported_gpu:
@@ -110,8 +135,13 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         extra.setdefault("precision_reported", reported_precision)
         canonicalised.append("precision")
     row["precision"] = precision
+    return canonicalised
 
-    # A degree the record does not state stays None (NULL): never a guess stored as a value.
+
+def _layout(row: dict[str, Any], errors: list[FieldError]) -> list[str]:
+    """world_size, nodes, gpus_per_node and the degrees dp, tp, pp, cp completed (in place) where
+    the others determine them, and checked (module docstring); ep's divisibility checked. Appends
+    to `errors`; returns the fields derived."""
     derived: list[str] = []
     nodes, gpn, world = row.get("nodes"), row.get("gpus_per_node"), row.get("world_size")
     degrees: dict[str, int | None] = {d: row.get(d) for d in ("dp", "tp", "pp", "cp")}
@@ -146,14 +176,13 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
                                                "over TP too: Megatron-Core MoE parallel folding, arXiv 2504.14960)"))
     row.update(degrees)
     row.update(nodes=nodes, gpus_per_node=gpn, world_size=world, dp=dp)
+    return derived
 
-    if row.get("global_batch_tokens") is None:
-        mbs, gas, seq = row.get("micro_batch_size"), row.get("grad_accum_steps"), row.get("seq_len")
-        if dp and mbs and gas and seq:
-            row["global_batch_tokens"] = dp * mbs * gas * seq
-            derived.append("global_batch_tokens")
 
-    derived += known_dims(row, extra)
+def _flops_params(row: dict[str, Any], extra: dict[str, Any]) -> tuple[Any, str]:
+    """Sets model_size_class (from model_params, else the count from dims); returns (N, where from)
+    for the FLOPs rule: the parameters each token passes through — for MoE the active ones
+    ("active_params"), None when they are unknown ("moe")."""
     n_params = row.get("model_params")
     n_source = "model_params"
     if not n_params:
@@ -167,7 +196,13 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
         n_params, n_source = active, "active_params"
     elif is_moe(row, extra):
         n_params, n_source = None, "moe"
+    return n_params, n_source
 
+
+def _utilisation(row: dict[str, Any], n_params: Any, n_source: str, errors: list[FieldError]) -> None:
+    """peak_tflops, mfu_derived, hfu_derived and mfu_method (in place; module docstring); an MFU
+    above 1 is an error naming the throughput field it came from."""
+    precision = row["precision"]
     # the peak depends on the precision (H100: 989 bf16, 1,979 fp8): without one there is no MFU
     peak = hardware.peak_tflops(row.get("gpu_type"), precision) if precision else None
     row["peak_tflops"] = peak
@@ -201,16 +236,6 @@ def complete(rec: dict[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
             "is the throughput per GPU, and are the hardware and model size right?")))
     if row["mfu_derived"] is None and n_source == "moe" and tps is not None:
         row["mfu_method"] = "moe: active params unknown (set extra.active_params)"
-    # which stored values the server computed from the others (never a value without evidence)
-    if derived:
-        extra["derived_fields"] = sorted(set(derived) | set(extra.get("derived_fields") or []))
-    if canonicalised:
-        extra["canonicalised_fields"] = canonicalised
-    for key in RECORDED_BANDWIDTHS:
-        row[key] = _number(extra.get(key))
-    row["extra"] = extra or None
-    row["fingerprint"] = fingerprint(row)
-    return row, errors
 
 
 def _check_degrees(degrees: dict[str, int | None], world: int, derived: list[str]) -> list[FieldError]:

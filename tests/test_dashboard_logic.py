@@ -465,6 +465,13 @@ def test_options_from_one_sql_query(api, data_dir):
     assert o["gpu_type"] == ["H100-SXM-80GB"] and o["nodes"] == sorted({int(float(r["nodes"])) for r in rows})
     assert o["counts"]["nodes"] == dict(Counter(int(float(r["nodes"])) for r in rows))
     assert o["slice"] == ("H100-SXM-80GB", 4096, len(rows))  # the one (GPU, seq) pair of the sample
+    # a retired run leaves the count, as it leaves the heatmap: the page and `scalebook heatmap` say the same
+    first = api.get("/api/v1/runs", params={"limit": 1}).json()["runs"][0]
+    assert api.post("/api/v1/runs/retire", json={"ids": [first["id"]], "reason": "test"}).status_code == 200
+    o = opt.from_sql(api.post("/api/v1/sql", json={"query": opt.options_sql()}).json())
+    top = api.get("/api/v1/heatmap/slices").json()["slices"][0]
+    assert o["slice"] == (top["gpu_type"], top["seq_len"], top["runs"]) == ("H100-SXM-80GB", 4096, len(rows) - 1)
+    assert api.post("/api/v1/runs/unretire", json={"ids": [first["id"]]}).status_code == 200  # the module's data
     days = sorted(datetime.fromisoformat(r["date"]).date() for r in rows if r["date"])
     assert o["dates"] == [days[0], days[-1]] and all(isinstance(n, int) for n in o["nodes"])
 

@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
+from service import store
 from service.api import create_app
 from service.cli import benchmark as benchtool
 from service.db import Database
@@ -336,6 +337,7 @@ def _stored_keys(url: str) -> tuple[int, set[str]]:
     return len(keys), set(keys)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_concurrent_writers_and_readers(db_url, tmp_path):
     """8 writer processes (40 requests each) + 2 readers on a live server: no errors, each acked run once."""
@@ -389,6 +391,7 @@ with httpx.Client(base_url=base, timeout=10) as client:
 """
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_sigkill_during_ingest_loses_no_acknowledged_run(db_url, tmp_path):
     """SIGKILL `scalebook serve` mid-ingest; after a restart every acknowledged run is stored
@@ -416,6 +419,7 @@ def test_sigkill_during_ingest_loses_no_acknowledged_run(db_url, tmp_path):
 
 # -- the benchmark tool ----------------------------------------------------------------------------
 
+@pytest.mark.integration
 def test_bench_smoke(tmp_path):
     """`scalebook bench` runs end to end on a small N and prints its one JSON object (no timing
     assertions: the figures at 10^6 runs are in bench/RESULTS.md)."""
@@ -431,3 +435,23 @@ def test_bench_smoke(tmp_path):
             "suggest_after_post_ms"} <= set(result)
     assert result["backend"] == "duckdb" and result["stored_runs"] == 2000
     assert result["heatmap_cells"] > 10 and result["recommend_candidates"] > 0
+
+
+def test_bench_on_an_existing_database(tmp_path):
+    """`scalebook bench --database URL` times a database that is already filled (bench/grow.py's 10^6
+    runs): no batched ingest, fresh run_keys for its single POSTs, the database kept."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCALEBOOK_")}
+    url = f"duckdb:///{tmp_path / 'kept.duckdb'}"
+    db = Database(url)
+    db.upgrade()
+    with db.session(write=True) as session:
+        store.store_runs(session, list(benchtool.generate_runs(300, 5)))
+    db.dispose()
+    for _ in range(2):  # twice: the second run's POSTs must not collide with the first's
+        done = subprocess.run([sys.executable, "-m", "service.cli", "bench", "--database", url, "--json",
+                               "--single-posts", "5", "--query-calls", "1"],
+                              env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        result = json.loads(done.stdout)
+        assert result["ingest_batch_runs_per_s"] is None and result["database"] == url
+        assert result["stored_runs"] >= 305 and result["recommend_candidates"] > 0

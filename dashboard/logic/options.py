@@ -30,8 +30,8 @@ def options_sql(fields: Iterable[str] = OPTION_FIELDS) -> str:
     """One SELECT over ``runs`` answering ``(field, txt, num, n)`` rows: each distinct non-null value of
     each field with its run count (text in ``txt``, numbers in ``num``), the rows ``("started_min", …)`` /
     ``("started_max", …)`` with the first and last ``started_at`` as text, and ``("slice", gpu_type,
-    seq_len, n)``: the most-recorded (GPU type, sequence length) pair. Field names come from our own
-    list, never from the user."""
+    seq_len, n)``: the most-recorded (GPU type, sequence length) pair among the runs the heatmap counts
+    (GET /heatmap/slices' first, same count). Field names come from our own list, never from the user."""
     parts = []
     for f in fields:
         if f in NUMERIC_FIELDS:
@@ -44,9 +44,13 @@ def options_sql(fields: Iterable[str] = OPTION_FIELDS) -> str:
                  "from runs")
     parts.append("select 'started_max', cast(max(started_at) as varchar), cast(null as double precision), count(*) "
                  "from runs")
+    # the slice's runs are those the heatmap counts (service/analytics/heatmap.HeatmapFilters: a size
+    # class and a node count, not retired, not still running), so the page and `scalebook heatmap`
+    # name the same slice with the same number of runs
     parts.append("select * from (select 'slice' as field, cast(gpu_type as varchar) as txt, "
                  "cast(seq_len as double precision) as num, count(*) as n from runs where gpu_type is not null and "
-                 "seq_len is not null group by gpu_type, seq_len order by n desc, txt, num limit 1) as top_slice")
+                 "seq_len is not null and model_size_class is not null and nodes is not null and retired_at is null "
+                 "and status <> 'running' group by gpu_type, seq_len order by n desc, txt, num limit 1) as top_slice")
     return "\nunion all\n".join(parts)
 
 

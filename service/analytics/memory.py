@@ -47,13 +47,11 @@ class MemoryConstants:
     cuda_context_nccl_gib: memory the PyTorch allocator never sees: CUDA context and kernels
         (~0.5 GiB on H100), cuBLAS workspaces, NCCL buffers (communicators × channels × 4 MiB).
     framework_misc_gib: small tensors besides the model (rotary tables, batch, losses): the
-        residual of the sweep's post-backward memory, 0.06–0.08 GiB.
+        residual of the sweep's post-backward memory (bench/RESULTS.md, as above).
     fragmentation: reserved/allocated factor of memory allocated and freed within a step
         (activations, logits, transient buffers; persistent model states are allocated once and
-        do not fragment), so that the prediction is a reserved-memory figure. Measured, not fitted
-        to OOM labels: on the sweep's 141 successful runs with >= 2 GiB of transients,
-        (Mem Res - predicted persistent) / predicted transient has median 1.44 (quartiles 1.23
-        and 1.57); the median is the same on 1-node rows and on 2-4-node rows.
+        do not fragment), so that the prediction is a reserved-memory figure. Measured on the
+        sweep, not fitted to OOM labels (bench/RESULTS.md, "Measurements behind the memory model").
     usable_fraction: of the catalog memory (GiB-as-marketed): an "80 GB" H100 has 79.6 GiB and
         the driver keeps some; 0.98 leaves ~78.4 GiB.
     logits_bytes_per_vocab: bytes per token per (vocab/TP) entry at the loss peak — nanotron
@@ -138,19 +136,35 @@ def _activation_bytes_per_token(model: ModelShape, seq: int, tp: int, sp: bool, 
     return kept, full_layer
 
 
-def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
-                    constants: MemoryConstants = DEFAULT_CONSTANTS) -> MemoryEstimate:
-    """Predict the per-GPU peak memory of a training step from run-record fields (DESIGN §2).
+@dataclass(frozen=True)
+class _Step:
+    """One request's validated inputs (_read_step): the model's shape, seq (tokens), the degrees,
+    the ZeRO stage, micro-batch, GAS, recompute mode, canonical precision, framework (lower case)
+    and what it implies (nanotron's buffers), fp32 gradient accumulation, sequence parallelism,
+    FlashAttention, and the all-forward-all-backward pipeline engine."""
 
-    `run` may carry model dims, parallelism (dp, tp, pp, cp, ep, zero_stage), micro_batch_size,
-    grad_accum_steps, seq_len, recompute, precision, gpu_type, framework and `extra` (tp_mode,
-    accumulate_grad_in_fp32, tie_word_embeddings, pp_engine, sequence_parallel, flash_attention).
-    gpu_memory_gib defaults to the hardware catalog's memory for run["gpu_type"]. A parallelism degree
-    left out is taken as 1 (the unsharded case, the /memory request's documented default) and named
-    in notes; callers pass requests and candidate layouts, never a stored run with a NULL degree.
-    Raises ValueError naming the field when the estimate is impossible.
-    """
-    notes: list[str] = []
+    model: ModelShape
+    seq: int
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    zero: int
+    mbs: int
+    gas: int
+    recompute: str
+    precision: str | None
+    framework: str
+    nanotron: bool
+    fp32_accum: bool
+    sp: bool
+    flash: bool
+    afab: bool
+
+
+def _read_step(run: dict, notes: list[str]) -> _Step:
+    """The inputs estimate_memory reads off `run`, each default it takes said in `notes`. Raises
+    ValueError naming the field when a value is missing or out of range."""
     model = resolve_shape(run, notes)
     seq = _pos_int(run, "seq_len")
     if seq is None:
@@ -192,16 +206,33 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
         sp_flag = tp_mode in ("REDUCE_SCATTER", "SP")  # nanotron: REDUCE_SCATTER = sequence parallel
     if sp_flag is None and tp > 1:
         notes.append("sequence parallelism on with TP (nanotron tp_mode REDUCE_SCATTER)")
-    sp = tp > 1 and sp_flag is not False
-    flash = _flag(run, "flash_attention") is not False
     engine = str(_get(run, "pp_engine") or "1f1b").lower().replace("_", "")
-    afab = "afab" in engine or "allforwardallbackward" in engine
+    return _Step(model=model, seq=seq, dp=dp, tp=tp, pp=pp, cp=cp, zero=zero, mbs=mbs, gas=gas, recompute=recompute,
+                 precision=precision, framework=framework, nanotron=nanotron, fp32_accum=fp32_accum,
+                 sp=tp > 1 and sp_flag is not False, flash=_flag(run, "flash_attention") is not False,
+                 afab="afab" in engine or "allforwardallbackward" in engine)
 
-    # --- bytes per local parameter [UP] [ZeRO], nanotron specifics [NT] ----------------------
-    p_bytes, master = (_FP32, 0) if precision == "fp32" else (_BF16, _FP32)
-    if precision == "fp8":
+
+@dataclass
+class _PerParam:
+    """Bytes per local parameter [UP] [ZeRO], nanotron specifics [NT]: the persistent model states
+    (`persistent`, by COMPONENTS key), the bf16 grads alive at the end of a backward
+    (`transient_grad`), the ZeRO all-gather staging of the optimizer step (`staging`), and the
+    working weights' dtype size (`p_bytes`)."""
+
+    persistent: dict[str, float]
+    transient_grad: float
+    staging: float
+    p_bytes: int
+
+
+def _bytes_per_param(st: _Step, notes: list[str]) -> _PerParam:
+    """Model-state bytes per local parameter (_PerParam) under the step's precision and ZeRO stage."""
+    zero, pp, nanotron, fp32_accum = st.zero, st.pp, st.nanotron, st.fp32_accum
+    p_bytes, master = (_FP32, 0) if st.precision == "fp32" else (_BF16, _FP32)
+    if st.precision == "fp8":
         notes.append("fp8 counted as bf16 weights + fp32 master (fp8 weight caches not counted)")
-    shard = dp * cp  # ZeRO / distributed optimizer shards over the DP×CP group (Megatron-Core)
+    shard = st.dp * st.cp  # ZeRO / distributed optimizer shards over the DP×CP group (Megatron-Core)
     zdiv = lambda stage: shard if zero >= stage else 1  # noqa: E731
     per_param = {
         "params": p_bytes / zdiv(3),
@@ -227,30 +258,39 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
         per_param["params"] += p_bytes  # (torchtitan: reshard_after_forward=False with PP, grad
         per_param["grads"] += p_bytes   # sync only on the last micro-batch)
         notes.append("ZeRO-3 with PP: unsharded bf16 params and grads kept across micro-batches")
+    return _PerParam(per_param, transient_grad, staging, p_bytes)
 
-    # --- per pipeline stage ------------------------------------------------------------------
+
+#: a stage's peak: (bytes, breakdown in bytes by COMPONENTS key, "forward_backward" or "optimizer_step")
+_Peak = tuple[float, dict[str, float], str]
+
+
+def _stage_peaks(st: _Step, pb: _PerParam, c: MemoryConstants) -> tuple[dict[str, _Peak], float]:
+    """Each pipeline stage's peak over the step's three candidate moments (the loss of the newest
+    micro-batch, the end of a backward, the optimizer step), named "only"/"first"/"last"/"stage k";
+    and the first stage's allocated memory at the optimizer step (bytes, nanotron's "Mem Alloc")."""
+    model, tp, pp, gas = st.model, st.tp, st.pp, st.gas
     # the lm_head's stage (its fp32 cast and the loss run on the last one: the logits are counted there)
-    layer_split, head_stage = stage_split(model, pp, balanced=nanotron)
-    kept, full_layer = _activation_bytes_per_token(model, seq, tp, sp, recompute, flash,
-                                                   op_sac="torchtitan" in framework)
-    tokens_mb = mbs * seq / cp            # tokens of one micro-batch on one GPU (CP splits s)
+    layer_split, head_stage = stage_split(model, pp, balanced=st.nanotron)
+    kept, full_layer = _activation_bytes_per_token(model, st.seq, tp, st.sp, st.recompute, st.flash,
+                                                   op_sac="torchtitan" in st.framework)
+    tokens_mb = st.mbs * st.seq / st.cp    # tokens of one micro-batch on one GPU (CP splits s)
     emb_params = model.vocab * model.h / tp  # vocab-parallel embedding / lm_head [K22 §3]
     layer_local = (model.layer_params() - 2 * model.h) / tp + 2 * model.h  # norms replicated
     # nanotron keeps MemoryBuffer all-gather buffers (2 × bf16 s·b·h) once TP > 1 with SP [NT];
     # ZeRO-3 gathers the weights of the current and the prefetched layer [ZeRO §5.3]
-    comm = 2 * _BF16 * tokens_mb * model.h if (sp and nanotron) else 0.0
-    comm += 2 * p_bytes * layer_local if zero == 3 else 0.0
-    c = constants
-    stages: dict[str, tuple[float, dict[str, float], str]] = {}
+    comm = 2 * _BF16 * tokens_mb * model.h if (st.sp and st.nanotron) else 0.0
+    comm += 2 * pb.p_bytes * layer_local if st.zero == 3 else 0.0
+    stages: dict[str, _Peak] = {}
     opt_first = 0.0
     for r, n_layers in enumerate(layer_split):
         first, last = r == 0, r == pp - 1
         params = n_layers * layer_local + (emb_params if first else 0.0)
         if r == head_stage:  # final norm; untied lm_head, or nanotron's tied copy, on the head's stage
             params += model.h + (emb_params if (pp > 1 or not model.tied) else 0.0)
-        persistent = {k: v * params for k, v in per_param.items()}
+        persistent = {k: v * params for k, v in pb.persistent.items()}
         persistent["framework_overhead"] = c.framework_misc_gib * GIB
-        in_flight = gas if afab else min(pp - r, gas)  # [1F1B]: stage r holds ≤ pp−r micro-batches
+        in_flight = gas if st.afab else min(pp - r, gas)  # [1F1B]: stage r holds ≤ pp−r micro-batches
         act_mb = kept * n_layers * tokens_mb
         recomputed = (full_layer - kept) * tokens_mb if n_layers else 0.0  # one layer rebuilt
         # loss peak of the newest micro-batch + the fp32 softmax each other in-flight one keeps [NT]
@@ -261,27 +301,57 @@ def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
                                  "logits_loss": logits, "communication_buffers": comm},
             # end of a backward: its bf16 grads alive, one micro-batch fewer in flight
             "backward_end": {"activations": max(0, in_flight - 1) * act_mb,
-                             "transient_grads": transient_grad * params,
+                             "transient_grads": pb.transient_grad * params,
                              "communication_buffers": comm},
-            "optimizer_step": {"communication_buffers": comm + staging * params},
+            "optimizer_step": {"communication_buffers": comm + pb.staging * params},
         }
-        best: tuple[float, dict[str, float], str] | None = None
-        for phase, transient in phases.items():
-            dynamic = sum(transient.values())
-            parts = dict(persistent)
-            parts["grads"] += transient.pop("transient_grads", 0.0)
-            parts.update(transient)
-            parts["allocator_fragmentation"] = (c.fragmentation - 1.0) * dynamic
-            parts["cuda_context_nccl"] = c.cuda_context_nccl_gib * GIB
-            total = sum(parts.values())
-            if best is None or total > best[0]:
-                best = (total, parts, "optimizer_step" if phase == "optimizer_step" else "forward_backward")
-            if first and phase == "optimizer_step":
-                opt_first = total - parts["allocator_fragmentation"] - parts["cuda_context_nccl"]
-        name = "only" if pp == 1 else "first" if first else "last" if last else f"stage {r}"
-        assert best is not None  # phases is never empty
-        stages[name] = best
+        best, opt = _phase_peak(persistent, phases, c)
+        if first:
+            opt_first = opt
+        stages["only" if pp == 1 else "first" if first else "last" if last else f"stage {r}"] = best
+    return stages, opt_first
 
+
+def _phase_peak(persistent: dict[str, float], phases: dict[str, dict[str, float]],
+                c: MemoryConstants) -> tuple[_Peak, float]:
+    """The largest of one stage's candidate moments (persistent states + that moment's transients,
+    their fragmentation, the CUDA context), and its allocated memory at the optimizer step."""
+    best: _Peak | None = None
+    opt = 0.0
+    for phase, transient in phases.items():
+        dynamic = sum(transient.values())
+        parts = dict(persistent)
+        parts["grads"] += transient.pop("transient_grads", 0.0)
+        parts.update(transient)
+        parts["allocator_fragmentation"] = (c.fragmentation - 1.0) * dynamic
+        parts["cuda_context_nccl"] = c.cuda_context_nccl_gib * GIB
+        total = sum(parts.values())
+        if best is None or total > best[0]:
+            best = (total, parts, "optimizer_step" if phase == "optimizer_step" else "forward_backward")
+        if phase == "optimizer_step":
+            opt = total - parts["allocator_fragmentation"] - parts["cuda_context_nccl"]
+    assert best is not None  # phases is never empty
+    return best, opt
+
+
+def estimate_memory(run: dict, gpu_memory_gib: float | None = None, *,
+                    constants: MemoryConstants = DEFAULT_CONSTANTS) -> MemoryEstimate:
+    """Predict the per-GPU peak memory of a training step from run-record fields (DESIGN §2), in
+    phases: the inputs (_read_step), bytes per parameter (_bytes_per_param), each pipeline stage's
+    peak (_stage_peaks), the largest against the GPU's usable memory.
+
+    `run` may carry model dims, parallelism (dp, tp, pp, cp, ep, zero_stage), micro_batch_size,
+    grad_accum_steps, seq_len, recompute, precision, gpu_type, framework and `extra` (tp_mode,
+    accumulate_grad_in_fp32, tie_word_embeddings, pp_engine, sequence_parallel, flash_attention).
+    gpu_memory_gib defaults to the hardware catalog's memory for run["gpu_type"]. A parallelism degree
+    left out is taken as 1 (the unsharded case, the /memory request's documented default) and named
+    in notes; callers pass requests and candidate layouts, never a stored run with a NULL degree.
+    Raises ValueError naming the field when the estimate is impossible.
+    """
+    notes: list[str] = []
+    st = _read_step(run, notes)
+    c = constants
+    stages, opt_first = _stage_peaks(st, _bytes_per_param(st, notes), c)
     peak_stage = max(stages, key=lambda k: stages[k][0])
     _, parts, phase = stages[peak_stage]
     breakdown = {k: parts.get(k, 0.0) / GIB for k in COMPONENTS}

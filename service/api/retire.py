@@ -33,13 +33,6 @@ class RetireResult(BaseModel):
     ids: list[int]
 
 
-def _forget_kept(db: DatabaseDep) -> None:
-    """A DuckDB file's kept aggregates follow new run ids only: a retirement changes old runs."""
-    kept = getattr(db, "kept", None)
-    if kept is not None:
-        kept.clear()
-
-
 @router.post("/runs/retire", response_model=RetireResult, dependencies=[WRITE],
              responses={400: {"model": ErrorBody}, 422: {"model": ErrorBody}})
 def retire_runs(db: DatabaseDep, body: RetireRequest) -> RetireResult:
@@ -49,7 +42,6 @@ def retire_runs(db: DatabaseDep, body: RetireRequest) -> RetireResult:
     "extra.after_pp_fix": false}, "reason": "before nanotron's pipeline fix"}`."""
     with db.session(write=True) as session:
         ids = rt.retire(session, body.ids, body.filter, body.reason or "")
-    _forget_kept(db)
     return RetireResult(changed=len(ids), ids=ids)
 
 
@@ -59,7 +51,6 @@ def unretire_runs(db: DatabaseDep, body: RetireRequest) -> RetireResult:
     """Bring retired runs back into the analytics (same selection as /runs/retire)."""
     with db.session(write=True) as session:
         ids = rt.unretire(session, body.ids, body.filter)
-    _forget_kept(db)
     return RetireResult(changed=len(ids), ids=ids)
 
 

@@ -308,6 +308,20 @@ def _create_database(backend: str, pg_url: str, workdir: Path) -> tuple[str, Cal
     return url, drop
 
 
+def _existing_database(url: str) -> tuple[str, Callable[[], None]]:
+    """An existing database (`scalebook bench --database`), migrated to head; kept (the drop does nothing)."""
+    from service.db import Database
+    from service.settings import normalise_url
+
+    url = normalise_url(url)
+    db = Database(url)
+    try:
+        db.upgrade()
+    finally:
+        db.dispose()
+    return url, lambda: None
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     pos = (len(ordered) - 1) * q
@@ -391,7 +405,7 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
               pg_url: str = "postgresql://postgres@127.0.0.1:5432/postgres", seed: int = 0,
               single_posts: int = 500, query_calls: int = 20, concurrency: int = 2,
               log: Callable[[str], None] = lambda msg: None,
-              progress: Callable[..., Any] | None = None) -> dict[str, Any]:
+              progress: Callable[..., Any] | None = None, database: str | None = None) -> dict[str, Any]:
     """Run the benchmark; returns the result dict (times in ms, rates in runs/s).
 
     Keys: backend, stored_runs, ingest_batch_runs_per_s, ingest_single_post_p50_ms,
@@ -402,22 +416,32 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
     recommend_candidates. `stored_runs` is read before the after-post calls, which store
     3 × AFTER_POST_CALLS more runs. Raises BenchError. ``progress(description, total)``, when
     given, makes a context manager with ``advance(n)`` (service.cli.progress) for the ingest phases.
+
+    `database`: the URL of an existing database to time instead (migrated to head first, kept; e.g.
+    one grown to 10^6 runs by bench/grow.py): no batched ingest (`ingest_batch_runs_per_s` None), the
+    single POSTs and the after-POST runs get fresh run_keys, and `n` is ignored.
     """
     workdir = Path(tempfile.mkdtemp(prefix="scalebook-bench-"))
-    url, drop = _create_database(backend, pg_url, workdir)
-    n_single = min(single_posts, n // 2)
+    if database is not None:
+        url, drop = _existing_database(database)
+        n, seed = single_posts, seed if seed else int(time.time())
+    else:
+        url, drop = _create_database(backend, pg_url, workdir)
+    n_single = min(single_posts, n // 2) if database is None else n
     n_batched = n - n_single
     try:
         t0 = time.perf_counter()
         templates = load_templates()
-        runs = generate_runs(n, seed, templates=templates)
+        runs = generate_runs(n, seed, templates=templates, prefix=f"bench{seed}" if database is None else
+                             f"bench-{uuid.uuid4().hex[:8]}")
         payloads = []
         for start in range(0, n_batched, BATCH):
             batch = [next(runs) for _ in range(min(BATCH, n_batched - start))]
             payloads.append(json.dumps({"runs": batch}).encode())
         singles = [json.dumps(r).encode() for r in runs]
-        interleaved = [json.dumps(r).encode() for r in generate_runs(3 * AFTER_POST_CALLS, seed + 1,
-                                                                     prefix=f"bench{seed}-after", templates=templates)]
+        after = f"bench{seed}-after" if database is None else f"bench-{uuid.uuid4().hex[:8]}-after"
+        interleaved = [json.dumps(r).encode() for r in generate_runs(3 * AFTER_POST_CALLS, seed + 1, prefix=after,
+                                                                     templates=templates)]
         generate_s = time.perf_counter() - t0
         log(f"generated {n} runs in {generate_s:.1f}s; starting scalebook serve on {backend}")
         with Server(url, workdir / "serve.log") as server:
@@ -456,7 +480,7 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
         return {
             "backend": backend,
             "stored_runs": stored,
-            "ingest_batch_runs_per_s": round(rate, 1),
+            "ingest_batch_runs_per_s": round(rate, 1) if database is None else None,
             "ingest_single_post_p50_ms": round(_percentile(lat, 0.5), 3) if lat else None,
             "ingest_single_post_p99_ms": round(_percentile(lat, 0.99), 3) if lat else None,
             "heatmap_ms": round(heat_ms, 3),
@@ -476,7 +500,7 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
             "recommend_candidates": len(rec["candidates"]),
             "generate_s": round(generate_s, 1),
             "machine": machine(),
-            "database": url if keep else None,
+            "database": url if keep or database is not None else None,
         }
     finally:
         if not keep:

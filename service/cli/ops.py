@@ -159,6 +159,9 @@ def bench(
     seed: int = typer.Option(0, "--seed", help="generator seed"),
     single_posts: int = typer.Option(500, "--single-posts", min=1, help="single POSTs timed for p50/p99"),
     query_calls: int = typer.Option(20, "--query-calls", min=1, help="heatmap/recommend calls timed (median)"),
+    database: str = typer.Option(None, "--database",
+                                 help="time an existing database instead (e.g. grown to 10^6 runs by bench/grow.py): "
+                                      "migrated to head, kept; no batched ingest, --runs ignored"),
     quiet: bool = QUIET,
 ) -> None:
     """Benchmark a real `scalebook serve` on a fresh database with N realistic synthetic runs.
@@ -176,7 +179,9 @@ def bench(
         fail(f"--backend must be duckdb or postgres, got '{backend}'", code=2)
     log = (lambda msg: None) if as_json else (lambda msg: err_console.print(msg))
     try:
-        result = benchtool.run_bench(runs, backend, keep=keep, pg_url=pg_url, seed=seed,
+        if database:
+            backend = "postgres" if database.startswith("postgres") else "duckdb"
+        result = benchtool.run_bench(runs, backend, keep=keep, pg_url=pg_url, seed=seed, database=database or None,
                                      single_posts=single_posts, query_calls=query_calls, log=log,
                                      progress=lambda what, total: progress(what, total, quiet=quiet))
     except benchtool.BenchError as exc:
