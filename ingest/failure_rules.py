@@ -126,6 +126,9 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"uncorrectable NVLink error|NVLink: fatal error",
             r"row remapp\w* fail",
             r"HW Exception by GPU",
+            # the amdgpu kernel driver timing out a GPU job and resetting the GPU (a GPU hang, like
+            # NVIDIA's Xid 8/109): "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx_0.0.0 timeout"
+            r"\bamdgpu_job_timedout\b|\bamdgpu: GPU reset begin\b",
             # the driver failing to bring a GPU up (NVRM: "RmInitAdapter failed!", "Cannot attach gpu")
             r"RmInitAdapter failed|Cannot attach gpu",
             flags=_I,
@@ -178,6 +181,15 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             # column of `kubectl get pods`), and runc's "container init was OOM-killed"
             r"\bOOMKilled\b",
             r"\bOOM-killed\b",
+            # the rest of the kernel OOM killer's report (mm/oom_kill.c): dump_header's "python invoked
+            # oom-killer: gfp_mask=...", dump_oom_summary's "oom-kill:constraint=CONSTRAINT_MEMCG,...",
+            # the oom_reaper's "oom_reaper: reaped process 4242 (python), now anon-rss:0kB"
+            r"\binvoked oom-killer\b",
+            r"\boom-kill:constraint=",
+            r"\boom_reaper: reaped process\b",
+            # NumPy's MemoryError subclass: "numpy.core._exceptions._ArrayMemoryError: Unable to allocate
+            # 3.00 GiB for an array with shape ..."
+            r"_ArrayMemoryError\b|\bUnable to allocate [\d.]+ [KMGTP]?i?B for an array\b",
         ),
     ),
     (
@@ -424,5 +436,6 @@ KEYWORDS = (
     "nan", "infinite", "non-finite", "nonfinite", "is inf", "loss scale", "divisib", "multiple of", "not equal to",
     "invalid parallel", "node failure", "node_fail", "not responding", "memoryerror", "memory limit", "net/ofi",
     "diverged", "attach gpu", "gpu lost", "gpu_is_lost", "gpuislost", "memory access fault", "oomkilled", "oom-killed",
-    ": inf", "=inf", "': inf", "duplicate gpu", "hiperror", "ibv_wc",
+    ": inf", "=inf", "': inf", "duplicate gpu", "hiperror", "ibv_wc", "oom-kill", "oom_reaper", "unable to allocate",
+    "gpu reset",
 )

@@ -194,6 +194,8 @@ VARIANTS: dict[str, list[str]] = {
         "NVRM: Xid (PCI:0000:18:00): 94, pid=2211, name=python3, Contained ECC error.",
         "torch.AcceleratorError: CUDA error: uncorrectable ECC error encountered",
         "Unable to determine the device handle for GPU0000:9C:00.0: Unknown Error",
+        # the amdgpu driver's job timeout (drivers/gpu/drm/amd/amdgpu/amdgpu_job.c) before its GPU reset
+        "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx_0.0.0 timeout, signaled seq=1, emitted seq=3",
         "NVRM: GPU 0000:86:00.0: GPU has fallen off the bus.",
     ],
     "child_process_failed": [
@@ -268,6 +270,12 @@ VARIANTS: dict[str, list[str]] = {
         "tried to allocate 68719476736 bytes.",
         "srun: error: node-7: task 2: Out Of Memory",
         "terminate called after throwing an instance of 'std::bad_alloc'",
+        # the kernel OOM killer's report (mm/oom_kill.c format strings) and NumPy's MemoryError subclass
+        "[ 4021.551233] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+        "[ 4021.551300] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1,task=python,"
+        "pid=4242,uid=1000",
+        "[ 4021.561003] oom_reaper: reaped process 4242 (python), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB",
+        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.00 GiB for an array with shape (402653184,)",
     ],
     "unknown": [
         "Traceback (most recent call last):",
