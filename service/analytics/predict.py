@@ -36,13 +36,42 @@ from core.model import params_from_dims, resolve_shape
 from service.analytics import recommend as rec
 from service.analytics.anchor import SUPPORT_DISTANCE
 from service.analytics.memory import estimate_memory
-from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, names_family
+from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value, names_family
 from service.analytics.target import CompletedTarget, parse_model_params
 from service.derive import complete
 from service.errors import ValidationFailed
 
 #: configuration fields a request may leave out, and what they are then taken as (said in the notes)
 DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero_stage": 0, "micro_batch_size": 1, "recompute": "none"}
+
+
+#: defaulted fields under which a recorded run of the same layout is pointed out (they change memory
+#: and a little throughput, not the layout a user means when leaving them out)
+_FREE_WHEN_UNSAID = ("zero_stage", "recompute")
+
+
+def _ran_with_other_defaults(cfg: dict[str, Any], ctx: CompletedTarget, rows: list[dict[str, Any]],
+                             body: dict[str, Any]) -> list[str]:
+    """When the question left out the ZeRO stage or the recompute (taken as DEFAULTS) and this layout
+    ran on the target with another value, a note naming the best such run: "DP8 TP4 PP2 … not run
+    with ZeRO-0" should not read as "nobody ran this layout" when run #1268 ran it with ZeRO-1."""
+    free = [f for f in _FREE_WHEN_UNSAID if body.get(f) is None]
+    if not free:
+        return []
+    fixed = [f for f in CONFIG_FIELDS if f not in free]
+    hits = [r for r in rows
+            if r["model_size_class"] == ctx.size_class and r["nodes"] == ctx.nodes and r["gpu_type"] == ctx.gpu_type
+            and r["seq_len"] == ctx.seq_len and r["gpus_per_node"] in (None, ctx.gpus_per_node)
+            and all(config_value(r, f) == cfg[f] for f in fixed)
+            and any(config_value(r, f) != cfg[f] for f in free)]
+    if not hits:
+        return []
+    best = max(hits, key=lambda r: (r["tokens_per_sec_per_gpu"] or 0.0, -r["first_id"]))
+    other = ", ".join(f"{f}={config_value(best, f)}" for f in free if config_value(best, f) != cfg[f])
+    return [f"this layout ran on the target with {other} (not given here, so taken as "
+            f"{', '.join(f'{f}={cfg[f]}' for f in free)}): run #{best['first_id']}, "
+            f"{best['tokens_per_sec_per_gpu']:,.0f} tokens/s per GPU ({best['framework']}, {best['precision']}); "
+            f"pass {', '.join(f'{f}={config_value(best, f)}' for f in free)} to see it as measured"]
 
 
 def _fail(field: str, value: Any, message: str) -> ValidationFailed:
@@ -240,6 +269,8 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
                             breakdown_gib=mem.breakdown,
                             recorded_oom_run_id=oom["run_id"] if oom is not None else None)
     notes += _record_notes(ctx, mem, exact, oom)
+    if exact is None:
+        notes += _ran_with_other_defaults(cfg, ctx, prep.rows, body)
     why = extrapolation(prep, item)
     model = {**prep.fit.describe(), "extrapolates": bool(why), "extrapolation": why}
     # the model's step-time terms carried to the anchored step time (the evidence's correction scales
