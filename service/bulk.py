@@ -124,8 +124,8 @@ def stored_hashes(session: Session, keys: list[str]) -> dict[str, str]:
 
     DuckDB: `run_key IN (?, ?, …)`, one placeholder per key, on the session's driver connection.
     DuckDB answers an IN list of constants from the ux_runs_run_key index, but `= ANY(<list>)` with
-    a hash join over every row: at 10^6 runs 0.4 ms instead of 1.5–35 ms for one key, 31 ms instead
-    of 35–50 ms for 1,000. PostgreSQL: `run_key = ANY(<array>)`, an index scan either way."""
+    a hash join over every row (timings: bench/RESULTS.md, "Measurements behind the write and read
+    paths"). PostgreSQL: `run_key = ANY(<array>)`, an index scan either way."""
     if not keys:
         return {}
     if session.get_bind().dialect.name == "duckdb":

@@ -115,9 +115,9 @@ def _domain_errors() -> Iterator[None]:
 
 
 def _jit_off(dbapi_connection: Any, _record: Any) -> None:
-    """`SET jit = off` on each new PostgreSQL connection: JIT compiled the heatmap's aggregate for
-    ~130 ms at 10^6 runs (EXPLAIN ANALYZE "JIT … Emission 110 ms") to run a ~300 ms query
-    (bench/RESULTS.md). A SET, not the `options` startup parameter, so the URL's own options stay and
+    """`SET jit = off` on each new PostgreSQL connection: at 10^6 runs JIT compiled the heatmap's
+    aggregate for almost as long as the query then ran (bench/RESULTS.md, "Measurements behind the
+    write and read paths"). A SET, not the `options` startup parameter, so the URL's own options stay and
     PgBouncer (which refuses `options`) works; a server that refuses it keeps its setting."""
     try:
         with dbapi_connection.cursor() as cur:

@@ -235,12 +235,6 @@ class StepOut(StepIn):
         return as_utc(v)
 
 
-class RunBatch(BaseModel):
-    """`{"runs": [...]}`: up to SCALEBOOK_MAX_BATCH_RUNS records, stored all-or-nothing."""
-
-    runs: list[dict[str, Any]]
-
-
 class StoredRuns(BaseModel):
     """Answer to a batch POST: the stored runs in request order, and how many were new."""
 
