@@ -41,7 +41,7 @@ class Target:
     family row, on_target.names_family, not one size class), nodes × gpus_per_node of gpu_type,
     seq_len, batch, the model's dims and MLP shape (gated_linear_unit: SwiGLU-style three matrices,
     or GPT's two), the framework and precision it is costed for. What is left out is completed
-    from the records (_complete_target)."""
+    from the records (complete_target)."""
 
     model_params: int
     nodes: int
