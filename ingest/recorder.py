@@ -66,6 +66,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -124,13 +125,15 @@ class Recorder:
             (:mod:`ingest.live`; module doc "Live run"). False: one push at the end only.
         heartbeat_s: seconds between heartbeats / step batches of the live run (default SCALEBOOK_HEARTBEAT_S
             or core.lifecycle.DEFAULT_HEARTBEAT_S, 30).
+        clock: the step timer, seconds (default time.perf_counter; tests pass a fake one).
 
     After exit: ``rec.record`` is the run record (on every rank; rank 0's is the one pushed) and
     ``rec.result`` the :class:`ingest.PushResult` (rank 0 with ``push=True``, else None).
     """
 
     def __init__(self, run_fields: dict[str, Any], client: Client | None = None, warmup_steps: int = 2,
-                 push: bool = True, reduce: bool = True, live: bool = True, heartbeat_s: float | None = None):
+                 push: bool = True, reduce: bool = True, live: bool = True, heartbeat_s: float | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
         if warmup_steps < 0:
             raise ValueError("warmup_steps must be >= 0")
         self.run_fields = dict(run_fields)
@@ -138,6 +141,7 @@ class Recorder:
         self.warmup_steps = int(warmup_steps)
         self.push = push
         self.reduce = reduce
+        self._clock = clock
         # under `scalebook agent` the run is already open under SCALEBOOK_RUN_KEY (its sweep lease)
         self.run_key: str = str(self.run_fields.get("run_key") or os.environ.get("SCALEBOOK_RUN_KEY")
                                 or uuid.uuid4().hex)
@@ -164,7 +168,7 @@ class Recorder:
         if self._cuda:
             torch.cuda.reset_peak_memory_stats()
         self._sync()
-        self._t_prev = time.perf_counter()
+        self._t_prev = self._clock()
         if self.warmup_steps == 0:
             self._t_start = self._t_prev
         if self.push and self.live and self._rank() == 0:
@@ -187,7 +191,7 @@ class Recorder:
         if steps < 1:
             raise ValueError("steps must be >= 1")
         self._sync()
-        now = time.perf_counter()
+        now = self._clock()
         self.steps += steps
         if self.live_run is not None:
             self._live_step(now, tokens, steps, figures)

@@ -60,6 +60,7 @@ def test_placeholders_are_filled_and_other_braces_kept():
         fill(["{seq_len}"], {**lease, "run": {}})
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("backend", ["duckdb"])
 def test_two_agents_drive_torchrun_on_one_sweep_with_disjoint_configurations(live_api, tmp_path, backend,
                                                                              monkeypatch):
@@ -100,6 +101,7 @@ def _state(pid: int) -> str | None:
         return None
 
 
+@pytest.mark.integration
 def test_a_hanging_command_is_killed_with_its_process_group_and_recorded_as_timeout(live_api, tmp_path):
     _create(live_api, "hang", {"micro_batch_size": [2]}, budget=1)
     pidfile = tmp_path / "child.pid"
@@ -117,6 +119,7 @@ def test_a_hanging_command_is_killed_with_its_process_group_and_recorded_as_time
     assert "started" in Path(run["extra"]["agent"]["log"]).read_text()
 
 
+@pytest.mark.integration
 def test_a_crashing_command_is_classified_from_its_log(live_api, tmp_path):
     _create(live_api, "crash", {"micro_batch_size": [2, 4]}, budget=2)
     job = ("import sys; print('step 1 loss 5.5'); "
@@ -131,6 +134,7 @@ def test_a_crashing_command_is_classified_from_its_log(live_api, tmp_path):
     assert run["extra"]["agent"]["exit_code"] == 1 and run["extra"]["agent"]["result_from"] == "log"
 
 
+@pytest.mark.integration
 def test_the_agent_waits_out_an_api_restart_and_nothing_is_lost_or_run_twice(database, settings, tmp_path):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -159,6 +163,7 @@ def test_the_agent_waits_out_an_api_restart_and_nothing_is_lost_or_run_twice(dat
         second.stop()
 
 
+@pytest.mark.integration
 def test_ctrl_c_stops_the_job_and_leaves_its_lease_to_expire(live_api, tmp_path):
     _create(live_api, "stop", {"micro_batch_size": [2, 4]}, budget=2)
     pidfile = tmp_path / "job.pid"

@@ -104,6 +104,9 @@ def test_cli_heatmap_shows_both_rows_at_80_columns(live_api, data_dir, monkeypat
     one_node = {r[0]: r for r in rows if r[0] and r[1] == "1"}
     assert set(one_node) == {"30–34B", "30–34B MoE (A3B)"}, out.output
     assert "2,084" in one_node["30–34B"]  # MPT-30b's best on one node (CSV), no longer hidden
+    sizes = runner.invoke(app, ["heatmap", "--all-slices", "--exact-sizes", "--model", "30B", "--max-nodes", "1"])
+    labels = {line.split("│")[1].strip() for line in sizes.output.splitlines() if line.startswith("│ ")} - {""}
+    assert labels == {"30B", "30B MoE"}, sizes.output
     exact = json.loads(runner.invoke(app, ["heatmap", "--all-slices", "--json"]).stdout)
     assert {c["moe"] for c in exact["cells"] if c["model_size_class"] == 30.0 and c["nodes"] == 1} == {False, True}
 

@@ -55,6 +55,7 @@ def _spool(tmp_path, monkeypatch):
     monkeypatch.setenv("SCALEBOOK_SPOOL_DIR", str(tmp_path / "spool"))
 
 
+@pytest.mark.integration
 def test_hf_trainer_run_is_stored(live_api):
     key = uuid.uuid4().hex
     callback = jobs.run_hf({"run_key": key, "name": "hf tiny llama"})
@@ -66,6 +67,7 @@ def test_hf_trainer_run_is_stored(live_api):
     assert run["recompute"] == "full"  # activation_checkpointing=True
 
 
+@pytest.mark.integration
 def test_lightning_run_is_stored(live_api):
     key = uuid.uuid4().hex
     callback = jobs.run_lightning({"run_key": key})
@@ -78,6 +80,7 @@ def test_lightning_run_is_stored(live_api):
     assert run["nodes"] == 1 and run["gpus_per_node"] == 1
 
 
+@pytest.mark.integration
 def test_accelerate_run_is_stored(live_api):
     key = uuid.uuid4().hex
     tracker = jobs.run_accelerate({"run_key": key, "model_name": "tiny-llama"})
@@ -109,6 +112,7 @@ def run_job(framework: str, key: str, fail: str, tmp_path) -> subprocess.Complet
     return subprocess.CompletedProcess(cmd, proc.returncode, out, None)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("backend", ["duckdb"], indirect=True)
 @pytest.mark.parametrize("framework", ["hf", "lightning", "accelerate"])
 def test_exception_in_a_step_leaves_a_failed_run(framework, live_api, tmp_path):
@@ -122,6 +126,7 @@ def test_exception_in_a_step_leaves_a_failed_run(framework, live_api, tmp_path):
     assert run["num_layers"] == jobs.LAYERS and run["micro_batch_size"] == jobs.MBS
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 @pytest.mark.parametrize("framework", ["hf", "lightning", "accelerate"])
 def test_sigterm_mid_run_leaves_a_failed_run(framework, live_api, tmp_path):

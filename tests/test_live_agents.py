@@ -107,6 +107,7 @@ def test_scalebook_sync_replays_the_live_spool(live_api, tmp_path):
     assert (run["status"], run["error_class"]) == ("oom", "oom_gpu")
 
 
+@pytest.mark.integration
 def test_the_torch_recorder_keeps_its_run_live(live_api, tmp_path, monkeypatch):
     """examples/train_tiny.py (a real CPU training loop under ingest.Recorder): the run is live while it
     trains and ends as success with its series."""
@@ -125,6 +126,7 @@ def test_the_torch_recorder_keeps_its_run_live(live_api, tmp_path, monkeypatch):
     assert "tokens_per_sec_per_gpu" not in (run["extra"].get("derived_fields") or [])
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("framework", ["accelerate"])
 def test_a_sigkilled_training_job_reads_lost_after_lost_after_s(framework, database, tmp_path):
     """A tiny Llama under Accelerate with the scalebook tracker: running with steps while it trains;

@@ -10,6 +10,7 @@ from service.cli import (  # noqa: F401  (register the commands)
     db,
     imports,
     ingest_cmds,
+    live_cmds,
     model_cmds,
     ops,
     predict_cmds,
