@@ -14,7 +14,8 @@ set frozen after the second round of development rules and before they ran on it
 ``failure_lines_3.csv``, 27 lines from 25 further repositories, frozen in its own commit before the
 third round of rules was written -- lines whose repository's SHA-1 mod 100 < 32 went here, the rest
 to the development split ``issue27-dev3`` of tests/data/failures/labelled_lines.csv; an empty label
-means "not an error line"): ``classify_line`` against the hand label.
+means "not an error line"; ``failure_lines_4.csv``, 14 lines from 14 more repositories, collected and
+frozen after the third round's rules were final): ``classify_line`` against the hand label.
 
 Usage: python bench/heldout_logs.py [--details]   (prints the figures; --details lists every miss)
 """
@@ -117,6 +118,9 @@ def main() -> int:
     third = score_lines(args.details, "failure_lines_3.csv")
     print(f"failure lines, third set: {third['right']}/{third['lines']} classified right "
           f"({100 * third['right'] / max(third['lines'], 1):.0f} %)")
+    fourth = score_lines(args.details, "failure_lines_4.csv")
+    print(f"failure lines, fourth set: {fourth['right']}/{fourth['lines']} classified right "
+          f"({100 * fourth['right'] / max(fourth['lines'], 1):.0f} %)")
     return 0
 
 

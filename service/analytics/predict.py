@@ -180,6 +180,40 @@ def extrapolation(prep: rec.Prepared, item: rec.Scored) -> list[str]:
     return why
 
 
+def _model_params(body: dict[str, Any], size_text: str | None, notes: list[str]) -> int:
+    """The parameter count to predict for: model_params, else the size text (stored back into
+    `body`), else the count from the dims (said in `notes`); ValidationFailed when none is given."""
+    params = body.get("model_params")
+    if params is None and size_text is not None:
+        params = body["model_params"] = parse_model_params(size_text)
+    if params is None:
+        params = params_from_dims(body)
+        if params is None:
+            raise _fail("model_params", None, "give model_params or the dims (num_layers, hidden_size, num_heads, "
+                                              "vocab_size ...)")
+        notes.append(f"model_params {params:,} from the dims given")
+    return params
+
+
+def _record_notes(ctx: CompletedTarget, mem: Any, exact: dict[str, Any] | None,
+                  oom: dict[str, Any] | None) -> list[str]:
+    """What the records say beside the models: the configuration ran on the target although the
+    memory model says it does not fit (the record wins), a recorded OOM implies it does not fit, or
+    it was measured in another framework or precision."""
+    notes = []
+    if exact is not None and mem.fits is False:
+        notes.append(f"the memory model predicts {mem.predicted_peak_memory_gib:.1f} GiB, more than the "
+                     f"{mem.usable_memory_gib:.1f} GiB usable, yet this configuration ran on the target (run "
+                     f"#{exact['first_id']}): the models disagree with the record, and the record wins")
+    if oom is not None:
+        notes.append(f"a recorded OOM (run #{oom['run_id']}: same TP/PP/CP, no more sharding, no smaller "
+                     "micro-batch, no stronger recompute) implies it does not fit")
+    if exact is not None and (exact["framework"], exact["precision"]) != (ctx.framework, ctx.precision):
+        notes.append(f"measured in {exact['framework']} / {exact['precision']}, predicted for {ctx.framework} / "
+                     f"{ctx.precision}")
+    return notes
+
+
 def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     """Prediction for one configuration (module docstring).
 
@@ -203,15 +237,7 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     notes: list[str] = []
     size_text = body.pop("model_params_text", None)
     dims = {f: body.get(f) for f in DIM_FIELDS}
-    params = body.get("model_params")
-    if params is None and size_text is not None:
-        params = body["model_params"] = parse_model_params(size_text)
-    if params is None:
-        params = params_from_dims(body)
-        if params is None:
-            raise _fail("model_params", None, "give model_params or the dims (num_layers, hidden_size, num_heads, "
-                                              "vocab_size ...)")
-        notes.append(f"model_params {params:,} from the dims given")
+    params = _model_params(body, size_text, notes)
     row = _check_record(body, notes)
     target = rec.Target(model_params=int(params), nodes=row["nodes"], gpus_per_node=row["gpus_per_node"],
                         gpu_type=body.get("gpu_type"), seq_len=body.get("seq_len"), **dims,
@@ -242,16 +268,7 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     answer["memory"].update(usable_memory_gib=mem.usable_memory_gib, peak_stage=mem.peak_stage,
                             breakdown_gib=mem.breakdown,
                             recorded_oom_run_id=oom["run_id"] if oom is not None else None)
-    if exact is not None and mem.fits is False:
-        notes.append(f"the memory model predicts {mem.predicted_peak_memory_gib:.1f} GiB, more than the "
-                     f"{mem.usable_memory_gib:.1f} GiB usable, yet this configuration ran on the target (run "
-                     f"#{exact['first_id']}): the models disagree with the record, and the record wins")
-    if oom is not None:
-        notes.append(f"a recorded OOM (run #{oom['run_id']}: same TP/PP/CP, no more sharding, no smaller "
-                     "micro-batch, no stronger recompute) implies it does not fit")
-    if exact is not None and (exact["framework"], exact["precision"]) != (ctx.framework, ctx.precision):
-        notes.append(f"measured in {exact['framework']} / {exact['precision']}, predicted for {ctx.framework} / "
-                     f"{ctx.precision}")
+    notes += _record_notes(ctx, mem, exact, oom)
     if exact is None:
         notes += _ran_with_other_defaults(cfg, ctx, prep.rows, body)
     why = extrapolation(prep, item)
