@@ -9,8 +9,8 @@ run is read, from `last_heartbeat_at` and the clock —
 — so a lost run that heartbeats again reads as running again. The service's SQL form of the same rule
 is service/lifecycle.py (it takes `lost_cutoff` from here).
 
-The default threshold, 300 s, is Weights & Biases' ("a run is marked crashed when it has not sent a
-heartbeat for about five minutes", W&B docs, "Run states"): long enough for a checkpoint write or a
+The default threshold, 300 s, is Weights & Biases' practice (W&B marks a run crashed after about five
+minutes without a heartbeat from its process; W&B documentation, run states): long enough for a checkpoint write or a
 slow evaluation between heartbeats of a healthy job, short enough that a hung sweep is seen the same hour.
 """
 

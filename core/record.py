@@ -75,6 +75,12 @@ ERROR_CLASS_STATUS: dict[str, str] = {
 assert set(ERROR_CLASS_STATUS) == set(ERROR_CLASSES), "every error class needs its status"
 
 
+#: OOM classes that say nothing about GPU memory: the host's (kernel or cgroup) OOM killer ended the run
+#: because of host RAM, so the layout may well fit on the GPUs. A recorded OOM of these classes vetoes no
+#: layout in recommend/suggest (service/analytics/recommend.oom_implied); an OOM without a class still does.
+HOST_MEMORY_OOM_CLASSES: frozenset[str] = frozenset({"oom_host"})
+
+
 def status_for_error_class(error_class: str | None) -> str | None:
     """The run status implied by ``error_class`` (:data:`ERROR_CLASS_STATUS`); ``None`` for no failure.
 

@@ -6,8 +6,8 @@ about the layout: CUDA context and NCCL communicator creation, the caching alloc
 working set, autotuning and compilation (torch.compile, cuDNN benchmark), the data loader filling its
 prefetch queue. Benchmarks therefore measure after a warm-up: PyTorch's profiler skips its `wait` and
 `warmup` steps before recording (torch.profiler.schedule(wait=1, warmup=1, active=3), the schedule
-the Ultra-Scale Playbook's memory profiling uses), torch.utils.benchmark.Timer runs the statement once
-before timing it, and MLPerf Training results are reported on converged, steady-state runs. Here the
+the Ultra-Scale Playbook's memory profiling uses) and torch.utils.benchmark.Timer.timeit runs the
+statement max(2, number/100) times as a warm-up before it times it. Here the
 warm-up is the first `warmup_steps(n)` = max(WARMUP_MIN_STEPS, ⌈WARMUP_FRACTION · n⌉) steps of an
 n-step series in step order: 2 of 10, 10 of 100, 100 of 1,000. The rest is the steady state; a series
 with fewer than MIN_STEADY_STEPS steady steps gives no headline (too few to say).

@@ -51,6 +51,11 @@ def get(path: str, **params: Any) -> Any:
     return _cached_get(api_url(), api_token(), path, _key(params))
 
 
+def get_fresh(path: str, **params: Any) -> Any:
+    """GET ``/api/v1{path}`` without the cache: the Live page, whose answer changes every heartbeat."""
+    return Client(api_url(), api_token()).get(path, **dict(_key(params)))
+
+
 @st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=50)
 def _cached_post(url: str, token: str | None, path: str, payload_json: str) -> Any:
     import json

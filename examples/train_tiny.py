@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                     loss = F.cross_entropy(logits.reshape(-1, VOCAB), ids[:, 1:].reshape(-1)) / args.grad_accum
                     loss.backward()
                 opt.step()
-                rec.step(tokens=tokens_per_step)
+                rec.step(tokens=tokens_per_step, loss=loss.item() * args.grad_accum)  # also the live step series
     finally:
         if rank == 0 and args.result_json:
             Path(args.result_json).write_text(json.dumps({

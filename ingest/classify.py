@@ -19,12 +19,15 @@ rule that matches; the order *is* the precedence, most specific first:
 2. ``scheduler_time_limit``, then ``node_failure`` (Slurm "Node failure on", ``NODE_FAIL``, "... DUE TO
    NODE FAILURE", an srun task's ``Bus error``), then ``scheduler_cancelled`` (Slurm ``*** JOB|STEP ... CANCELLED AT``
    banners, PBS walltime, LSF ``TERM_RUNLIMIT``/``TERM_OWNER``): unambiguous, never wrap another error;
-3. ``gpu_hardware_fault`` (Xid, uncorrectable ECC, fallen off the bus, GPU lost) -- except the Xid
+3. ``gpu_hardware_fault`` (Xid, uncorrectable ECC, fallen off the bus, GPU lost -- also the driver's
+   ``GPU lost from the bus [NV_ERR_GPU_IS_LOST]``, NVML's ``GpuIsLost``, the GSP's "RC all channels for
+   critical error N" whose N is read as an Xid, ROCr's memory fault with an ECC reason) -- except the Xid
    codes that NVIDIA's Xid catalog attributes to the application, not the GPU: 31 (MMU fault: the
    process touched an invalid address; it sees ``CUDA_ERROR_ILLEGAL_ADDRESS``) is
    ``cuda_illegal_memory_access``; 13 (graphics engine exception), 43 (GPU stopped processing) and 45
    (preemptive cleanup after an earlier error or a killed process) are ``unknown``;
-4. ``cuda_illegal_memory_access`` -- beats any NCCL wrapper around it ("Cuda failure 'an illegal
+4. ``cuda_illegal_memory_access`` (also ROCr's "Memory access fault by GPU node-N ... Reason: Page not
+   present or supervisor privilege" on AMD GPUs) -- beats any NCCL wrapper around it ("Cuda failure 'an illegal
    memory access...'", "watchdog thread terminated with exception: CUDA error: an illegal...");
 5. ``oom_gpu_nccl_buffer``: NCCL's own allocations (``Failed to CUDA calloc``, ``NCCL WARN Cuda
    failure 'out of memory'``, ``ncclUnhandledCudaError ... out of memory``, ``[Rem Allocator]``);
@@ -32,7 +35,8 @@ rule that matches; the order *is* the precedence, most specific first:
 6. ``oom_host`` (host memory: the allocator's ``DefaultCPUAllocator: can't allocate memory``, the
    Linux OOM killer ``Out of memory: Killed process``, Slurm's cgroup ``Detected 1 oom-kill
    event(s)`` / ``oom_kill event``, srun's ``task 0: Out Of Memory``, a job over its memory limit,
-   ``std::bad_alloc``, Python's ``MemoryError``; status ``oom``), then ``oom_gpu`` (``CUDA out of
+   ``std::bad_alloc``, Python's ``MemoryError``, Kubernetes' ``OOMKilled`` / runc's "OOM-killed"; status
+   ``oom``), then ``oom_gpu`` (``CUDA out of
    memory``, ``HIP out of memory``, ``OutOfMemoryError``, ``CUDA error: out of memory``,
    ``CUBLAS_STATUS_ALLOC_FAILED``, XLA/TF ``failed to allocate ... from device``,
    ``HIP_ERROR_OutOfMemory``, XLA's ``RESOURCE_EXHAUSTED`` (JAX / PyTorch-XLA on TPU: HBM; not
@@ -43,9 +47,10 @@ rule that matches; the order *is* the precedence, most specific first:
    (Megatron-LM logs the OOM that ends a run as ``WARNING:megatron.core.utils:CUDA out of memory``);
 6b. ``divergence`` (the fp16 loss scale at its minimum, "Loss became infinite or NaN", "Loss is NaN",
    Megatron's "found NaN in local grad norm", clip_grad_norm_'s non-finite norm, TensorFlow's "Model
-   diverged with loss = NaN"; status ``failed``) and ``invalid_config`` (a setup check refusing the
-   layout: "96 is not divisible by 64", "must be divisible by", DeepSpeed's batch check, torchtitan's
-   "Invalid parallel dims");
+   diverged with loss = NaN", a logged loss or grad norm that is NaN/inf -- HF Trainer's
+   ``{'loss': nan, ...}``, Megatron's ``grad norm: nan`` --; status ``failed``) and ``invalid_config``
+   (a setup check refusing the layout: "96 is not divisible by 64", "must be divisible by", DeepSpeed's
+   batch check, torchtitan's "Invalid parallel dims");
 7. ``rendezvous_failure`` (DistNetworkError, DistStoreError, Rendezvous*Error, c10d store and
    socket failures, including the TCPStore client's warning-level ``[c10d] recvValue failed on
    SocketImpl(...): Connection reset by peer`` -- the store is gone; its "retrying" lines and a
@@ -59,7 +64,8 @@ rule that matches; the order *is* the precedence, most specific first:
    error, 2 system error, 3 internal error, 4 invalid argument, 5 invalid usage, 6 remote error);
    ``nccl_remote_error`` (ncclRemoteError / "remote process exited or there was a
    network error"), ``nccl_system_error``, ``nccl_unhandled_cuda_error``,
-   ``nccl_invalid_usage_or_internal``;
+   ``nccl_invalid_usage_or_internal`` (also ncclCommEnsureReady's "Attempt to use communicator before the
+   previous operation returned ncclSuccess": the communicator's pending error, or invalid argument);
 9. ``collective_timeout`` (watchdog / "Timeout at NCCL work" / heartbeat / gloo timeouts; following
    the labelled data, the watchdog's generic "Exception (either an error or timeout) detected by
    watchdog" line counts as a timeout too);
@@ -82,7 +88,8 @@ Lines that match none of these are not error lines (``None``).
 
 Root cause of a whole log
 -------------------------
-:func:`classify_text` classifies every line, then:
+:func:`classify_text` classifies every line (a line whose only evidence is a logged NaN/inf metric,
+``rules.NAN_METRIC``, is no root cause: a framework may skip such a step and recover), then:
 
 * *refinement*: an NCCL result-code line (unhandled CUDA error, system error, internal/invalid usage,
   remote error) whose next few lines (:data:`REFINE_WINDOW`) quote a process-local fault (the
@@ -180,6 +187,21 @@ def _has_keyword(lowered: str) -> bool:
 
 def classify_line(line: str) -> str | None:
     """The DESIGN §6 error class of one log line, or ``None`` if it is not an error line."""
+    return _line_class(line)[0]
+
+
+def _line_class(line: str) -> tuple[str | None, bool]:
+    """``(class, metric_only)``: the line's class as :func:`classify_line` reports it, and whether the
+    only evidence is a logged NaN/inf metric (``rules.NAN_METRIC``), which :func:`classify_text` does not
+    take as a root cause."""
+    cls = _classify(line)
+    if cls == "divergence" and rules.NAN_METRIC.search(line):
+        other = next(p for c, p in RULES if c == "divergence" and p is not rules.NAN_METRIC)
+        return cls, not other.search(line)
+    return cls, False
+
+
+def _classify(line: str) -> str | None:
     if not line or "NCCL INFO" in line:
         return None
     if "\x1b" in line:
@@ -216,8 +238,8 @@ def classify_text(text: str) -> Classification:
     found: list[tuple[int, str]] = []  # (0-based index, class) of every error line
     classes: dict[int, str] = {}
     for i, line in enumerate(lines):
-        cls = classify_line(line)
-        if cls is not None:
+        cls, metric_only = _line_class(line)
+        if cls is not None and not metric_only:
             found.append((i, cls))
             classes[i] = cls
     if not found:

@@ -509,12 +509,14 @@ class Client:
             res.remaining = self.pending()
         return res
 
-    def _rewrite(self, snapshot: bytes, lines: list[bytes], drop: set[int]) -> None:
-        """Replace the spool with the snapshot's kept lines plus whatever was appended since."""
+    def _rewrite(self, snapshot: bytes, lines: list[bytes], drop: set[int], path: Path | None = None) -> None:
+        """Replace the spool (`path`, default spool.jsonl; the live spool too) with the snapshot's kept lines
+        plus whatever was appended since."""
+        path = path or self.spool_path
         with self._lock(_SPOOL_LOCK):
-            current = self.spool_path.read_bytes() if self.spool_path.exists() else b""
+            current = path.read_bytes() if path.exists() else b""
             if not current.startswith(snapshot):
-                log.warning("scalebook: %s changed under sync; left as is (replays are idempotent)", self.spool_path)
+                log.warning("scalebook: %s changed under sync; left as is (replays are idempotent)", path)
                 return
             kept = [raw for n, raw in enumerate(lines) if n not in drop and raw.strip()]
             tail = current[len(snapshot):]
@@ -525,7 +527,7 @@ class Client:
                     fh.write(body)
                     fh.flush()
                     os.fsync(fh.fileno())
-                os.replace(tmp, self.spool_path)
+                os.replace(tmp, path)
             except BaseException:
                 try:
                     os.unlink(tmp)

@@ -11,7 +11,8 @@ import re
 
 from core.record import ERROR_CLASSES
 
-__all__ = ["ANSI", "BENIGN", "CODE_LINE", "FAILING_WARNING", "FAILURES_WARNED", "KEYWORDS", "NCCL_PROXY_CODE",
+__all__ = ["ANSI", "BENIGN", "CODE_LINE", "FAILING_WARNING", "FAILURES_WARNED", "KEYWORDS", "NAN_METRIC",
+           "NCCL_PROXY_CODE",
            "NCCL_RESULT", "PREFIX", "RULES", "WARNING_LINE", "XID_APPLICATION", "XID_CODE"]
 
 _I = re.IGNORECASE
@@ -45,10 +46,24 @@ FAILURES_WARNED = frozenset({"oom_gpu", "oom_gpu_nccl_buffer", "oom_host"})
 NCCL_PROXY_CODE = re.compile(r"(?:Proxy Service \d+\].*\bretcode|operation=\w+, res)[ =](\d)\b")
 NCCL_RESULT = {1: "nccl_unhandled_cuda_error", 2: "nccl_system_error", 3: "nccl_invalid_usage_or_internal",
                 4: "nccl_invalid_usage_or_internal", 5: "nccl_invalid_usage_or_internal", 6: "nccl_remote_error"}
-# The NVIDIA driver's Xid report (kernel log): "NVRM: Xid (PCI:0000:02:00): 31, pid=56543, ...".
-XID_CODE = re.compile(r"\bXid\b\s*(?:\([^)]*\))?\s*:?\s*(\d+)\b", re.IGNORECASE)
+# The NVIDIA driver's Xid report (kernel log): "NVRM: Xid (PCI:0000:02:00): 31, pid=56543, ...", and
+# the GSP firmware's recovery of all channels after one ("NVRM: kgspRcAndNotifyAllChannels_IMPL: RC all
+# channels for critical error 79."), whose number is the Xid code.
+XID_CODE = re.compile(
+    r"(?:\bXid\b\s*(?:\([^)]*\))?\s*:?\s*|\bRC all channels for critical error )(\d+)\b", re.IGNORECASE
+)
 # Xid codes NVIDIA's Xid catalog attributes to the application rather than the GPU (docstring, rule 3).
 XID_APPLICATION = {13: "unknown", 31: "cuda_illegal_memory_access", 43: "unknown", 45: "unknown"}
+# A logged metric that is NaN or inf: HF Trainer's dict ("{'loss': nan, 'grad_norm': nan, ...}"),
+# Megatron's iteration line ("lm loss: NAN | ... | grad norm: nan |"), torchtitan's "loss: nan", Lightning's
+# "train_loss=nan". On its own
+# such a line reads as divergence (classify_line); over a whole log it is not a root cause (classify_text
+# skips it): a framework may skip a non-finite step and recover, which only the series shows
+# (ingest/parsers/logs.py counts the non-finite steps and decides).
+NAN_METRIC = re.compile(
+    r"(?<![\w.])['\"]?(?:[a-z]+_)?(?:lm loss|loss|grad norm|grad_norm)['\"]?\s*[:=]\s*['\"]?(?:nan|[-+]?inf)\b",
+    re.IGNORECASE,
+)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours (torchtitan, rich, ...)
 # Prefixes in front of the message: "[rank3]:", "[default0]:", "[1,0]<stderr>:", srun -l "12: ".
 PREFIX = re.compile(r"^(?:\s*(?:\[[^\]]{0,60}\](?:<\w+>)?:|\d{1,5}:(?=\s)))+")
@@ -100,10 +115,22 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"double bit error|\bDBE\b",
             r"fallen off the bus",
             r"\bGPU is lost\b",
+            # the driver's status NV_ERR_GPU_IS_LOST, whose text is "GPU lost from the bus"
+            # ("NVRM: nvCheckOkFailedNoLog: Check failed: GPU lost from the bus [NV_ERR_GPU_IS_LOST]"), and
+            # NVML's NVML_ERROR_GPU_IS_LOST as pynvml raises it ("NVMLError_GpuIsLost: GPU is lost")
+            r"GPU lost from the bus|NV_ERR_GPU_IS_LOST|\bGpuIsLost\b",
+            r"\bRC all channels for critical error \d+",
+            # ROCr (the HSA runtime under HIP) reporting a memory fault whose cause is an ECC failure:
+            # "Memory access fault by GPU node-%u (Agent handle: %p) on address %p%s. Reason: %s." with the
+            # reason "ECC failure (if supported by HW)" or "SRAM ECC failure" (runtime/core/runtime.cpp)
+            r"Memory access fault by GPU\b.*\bReason: (?:SRAM )?ECC failure",
             r"Unable to determine the device handle for GPU",
             r"uncorrectable NVLink error|NVLink: fatal error",
             r"row remapp\w* fail",
             r"HW Exception by GPU",
+            # the amdgpu kernel driver timing out a GPU job and resetting the GPU (a GPU hang, like
+            # NVIDIA's Xid 8/109): "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx_0.0.0 timeout"
+            r"\bamdgpu_job_timedout\b|\bamdgpu: GPU reset begin\b",
             # the driver failing to bring a GPU up (NVRM: "RmInitAdapter failed!", "Cannot attach gpu")
             r"RmInitAdapter failed|Cannot attach gpu",
             flags=_I,
@@ -115,6 +142,10 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"illegal memory access",
             r"cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS|illegal address",
             r"misaligned address",
+            # ROCr's page fault report (AMD GPUs; see gpu_hardware_fault for the ECC reasons):
+            # "Memory access fault by GPU node-2 (Agent handle: 0x...) on address 0x1000. Reason: Page not
+            # present or supervisor privilege." -- the process touched an address it does not own
+            r"Memory access fault by GPU node-\d+",
             flags=_I,
         ),
     ),
@@ -147,6 +178,20 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"exceeded (?:job )?memory limit\b.*\bkill|Exceeded job memory limit",
             r"std::bad_alloc",
             r"(?<![\w.])MemoryError(?::|\s*$)",
+            # Kubernetes: the kubelet's container status when the kernel's OOM killer ended the container
+            # for exceeding its memory limit ("Reason: OOMKilled" in `kubectl describe pod`, the STATUS
+            # column of `kubectl get pods`), and runc's "container init was OOM-killed"
+            r"\bOOMKilled\b",
+            r"\bOOM-killed\b",
+            # the rest of the kernel OOM killer's report (mm/oom_kill.c): dump_header's "python invoked
+            # oom-killer: gfp_mask=...", dump_oom_summary's "oom-kill:constraint=CONSTRAINT_MEMCG,...",
+            # the oom_reaper's "oom_reaper: reaped process 4242 (python), now anon-rss:0kB"
+            r"\binvoked oom-killer\b",
+            r"\boom-kill:constraint=",
+            r"\boom_reaper: reaped process\b",
+            # NumPy's MemoryError subclass: "numpy.core._exceptions._ArrayMemoryError: Unable to allocate
+            # 3.00 GiB for an array with shape ..."
+            r"_ArrayMemoryError\b|\bUnable to allocate [\d.]+ [KMGTP]?i?B for an array\b",
         ),
     ),
     (
@@ -157,12 +202,15 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"CUDA error: out of memory",
             r"CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED|CUDA_ERROR_OUT_OF_MEMORY",
             r"cudaErrorMemoryAllocation|hipErrorOutOfMemory|HIP_ERROR_OutOfMemory",
-            r"failed to allocate \S+ \(\d+ bytes\) from device",  # XLA / TF stream executor
+            # XLA / TF stream executor, CUDA and ROCm ("failed to allocate 8.00G from device:
+            # hipError_t(1002)" in the older ROCm port prints no byte count)
+            r"failed to allocate \S+ (?:\(\d+ bytes\) )?from device",
             # XLA (JAX, PyTorch/XLA, TF on TPU/GPU): the device memory allocator's status code; not
             # gRPC's status of the same name ("StatusCode.RESOURCE_EXHAUSTED", "8 RESOURCE_EXHAUSTED:
             # Received message larger than max (5013781 vs. 4194304)"): a message-size limit or quota
             r"(?<!StatusCode\.)\bRESOURCE_EXHAUSTED\b(?!.*message larger than max)",
-            r"\bResource exhausted: Attempting to (?:allocate|reserve)",
+            # the same status in older TensorFlow/XLA, whose Status printed the code as "Resource exhausted"
+            r"\bResource exhausted: (?:Attempting to (?:allocate|reserve)|Out of memory|Failed to allocate)",
         ),
     ),
     (
@@ -181,6 +229,8 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\b(?:loss|grad(?:ient)?s?[ _]norm)\b[^|\n]{0,40}?\b(?:is|are|became|was|went|got|turned)\s+"
             r"(?:a\s+)?(?:nan|inf|non-?finite|infinite)\b",
             r"\bnan (?:loss|detected|encountered|values? (?:found|detected) in)\b|\bNaN or Inf (?:found|detected)",
+            # InternEvo/InternLM's "Nan grad norm occurs, please check it"
+            r"\bnan grad(?:ient)?[ _]norm\b",
             r"\bnon-?finite (?:loss|value|gradients?|grad norm)\b.*(?:detected|found|encountered|stop|abort)",
             # Megatron-LM's checks (training.py / rerun_state_machine.py): "Rank 3: found NaN in local
             # grad norm in backward pass ...", "found NaN in local forward loss calculation"
@@ -193,6 +243,8 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             flags=_I,
         ),
     ),
+    # a logged metric that is NaN or inf (NAN_METRIC): a line of its own, but no root cause of a whole log
+    ("divergence", NAN_METRIC),
     (
         "invalid_config",
         _rx(
@@ -261,6 +313,9 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             # failed: invalid usage: while running replica 0 ..."
             r"NCCL operation \w+\(.*\) failed: (?:invalid usage|invalid argument|internal error)",
             r"Internal check failed",
+            # ncclCommEnsureReady (src/init.cc): a call on a communicator whose last operation has not
+            # returned ncclSuccess; it returns that error, or ncclInvalidArgument while still in progress
+            r"Attempt to use communicator before the previous operation returned ncclSuccess",
             flags=_I,
         ),
     ),
@@ -286,7 +341,9 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     (
         "nccl_unhandled_cuda_error",
-        _rx(r"\bCuda failure\b", r"NCCL WARN.*\bcuda\w*\b.*failed", flags=_I),
+        # NCCL's CUDACHECK; RCCL (hipified NCCL) names the HIP call ("NCCL WARN hipIpcGetMemHandle failed :
+        # invalid argument")
+        _rx(r"\bCuda failure\b", r"NCCL WARN.*\b(?:cuda|hip)\w*\b.*failed", flags=_I),
     ),
     (
         "nccl_system_error",
@@ -327,7 +384,10 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"socket\w*:.*(?:failed|error)",
             r"Broken pipe",
             r"Software caused connection abort|No route to host",
-            r"NCCL WARN.*(?:Connection (?:refused|timed out)|exceeded retries)",
+            r"NCCL WARN.*(?:Connection (?:refused|timed out)|exceeded retries|Network is unreachable|No route to host)",
+            # a failed ibverbs work completion asserted by a transport ("Check failed: wc->status ==
+            # IBV_WC_SUCCESS RC send CQ state error: 12, 0")
+            r"Check failed: .*\bIBV_WC_SUCCESS\b",
             r"ibv_poll_cq|IBV_WC_\w+_ERR|RETRY_EXC_ERR",
             flags=_I,
         ),
@@ -355,6 +415,9 @@ RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"^\[E\s?\d{0,4}[\s\]]",
             r"\bCUDA error\b|\bNCCL error\b",
             r"(?:srun|slurmstepd)(?:-\S+)?: error:",
+            # HIP runtime errors not classified above ("hipErrorNoBinaryForGpu: Unable to find code object
+            # for all current devices!")
+            r"\bhipError[A-Z]\w*",
         ),
     ),
 )
@@ -374,5 +437,7 @@ KEYWORDS = (
     "core dumped", "srun", "slurmstepd", "[e", "alloc", "retcode", "res=", "exhausted", "barrier", "killed", "aborted",
     "nan", "infinite", "non-finite", "nonfinite", "is inf", "loss scale", "divisib", "multiple of", "not equal to",
     "invalid parallel", "node failure", "node_fail", "not responding", "memoryerror", "memory limit", "net/ofi",
-    "diverged", "attach gpu",
+    "diverged", "attach gpu", "gpu lost", "gpu_is_lost", "gpuislost", "memory access fault", "oomkilled", "oom-killed",
+    ": inf", "=inf", "': inf", "duplicate gpu", "hiperror", "ibv_wc", "oom-kill", "oom_reaper", "unable to allocate",
+    "gpu reset",
 )

@@ -40,7 +40,8 @@ Measurement
   when a launcher did not say it), gpus_per_node (LOCAL_WORLD_SIZE), nodes (world_size /
   LOCAL_WORLD_SIZE), gpu_type (``torch.cuda.get_device_name``; the
   server maps it to the catalog name), torch/CUDA/NCCL versions, framework ``"pytorch"``,
-  source ``"recorder"``, started_at, run_key (uuid4 hex, made at construction: ``rec.run_key``).
+  source ``"recorder"``, started_at, run_key (SCALEBOOK_RUN_KEY when set — the run `scalebook agent`
+  opened for its sweep lease — else uuid4 hex, made at construction: ``rec.run_key``).
   Parallelism degrees are never filled with 1: give tp/pp/cp/ep in ``run_fields``; the server
   derives dp (and any one missing degree) from tp·pp·cp·dp = world_size and says so.
   MFU is left to the server (``mfu_derived`` from model_params/dims and the hardware catalog).
@@ -65,11 +66,13 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
 
 from ingest.client import Client, PushResult
+from ingest.live import LiveRun
 
 log = logging.getLogger("scalebook.recorder")
 GIB = float(2**30)
@@ -117,13 +120,20 @@ class Recorder:
         warmup_steps: leading steps excluded from timing (≥ 0).
         push: False to only build ``rec.record`` (no network).
         reduce: False to skip the cross-rank reduction on success (only this rank's values).
+        live: open the run on the server at :meth:`start` and keep it live (rank 0, with ``push``):
+            heartbeats and the step series from a daemon thread, the record as its finish
+            (:mod:`ingest.live`; module doc "Live run"). False: one push at the end only.
+        heartbeat_s: seconds between heartbeats / step batches of the live run (default SCALEBOOK_HEARTBEAT_S
+            or core.lifecycle.DEFAULT_HEARTBEAT_S, 30).
+        clock: the step timer, seconds (default time.perf_counter; tests pass a fake one).
 
     After exit: ``rec.record`` is the run record (on every rank; rank 0's is the one pushed) and
     ``rec.result`` the :class:`ingest.PushResult` (rank 0 with ``push=True``, else None).
     """
 
     def __init__(self, run_fields: dict[str, Any], client: Client | None = None, warmup_steps: int = 2,
-                 push: bool = True, reduce: bool = True):
+                 push: bool = True, reduce: bool = True, live: bool = True, heartbeat_s: float | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
         if warmup_steps < 0:
             raise ValueError("warmup_steps must be >= 0")
         self.run_fields = dict(run_fields)
@@ -131,7 +141,10 @@ class Recorder:
         self.warmup_steps = int(warmup_steps)
         self.push = push
         self.reduce = reduce
-        self.run_key: str = str(self.run_fields.get("run_key") or uuid.uuid4().hex)
+        self._clock = clock
+        # under `scalebook agent` the run is already open under SCALEBOOK_RUN_KEY (its sweep lease)
+        self.run_key: str = str(self.run_fields.get("run_key") or os.environ.get("SCALEBOOK_RUN_KEY")
+                                or uuid.uuid4().hex)
         self.steps = 0
         self.timed_steps = 0
         self.timed_tokens = 0
@@ -142,6 +155,11 @@ class Recorder:
         self._t_last: float | None = None
         self._started_at: _dt.datetime | None = None
         self._finished = False
+        self.live = live
+        self.heartbeat_s = heartbeat_s
+        #: the live run on the server (rank 0, push and live), None otherwise
+        self.live_run: LiveRun | None = None
+        self._t_prev: float | None = None
 
     # ------------------------------------------------------------------ loop
     def start(self) -> Recorder:
@@ -149,21 +167,34 @@ class Recorder:
         self._started_at = _dt.datetime.now(_dt.UTC)
         if self._cuda:
             torch.cuda.reset_peak_memory_stats()
+        self._sync()
+        self._t_prev = self._clock()
         if self.warmup_steps == 0:
-            self._sync()
-            self._t_start = time.perf_counter()
+            self._t_start = self._t_prev
+        if self.push and self.live and self._rank() == 0:
+            try:
+                opening = self._base_record()
+                opening["status"] = "running"
+                self.live_run = LiveRun(opening, client=self.client or Client(), heartbeat_s=self.heartbeat_s).start()
+            except Exception:  # noqa: BLE001 - recording must never stop training
+                log.exception("scalebook: could not open the live run; it is recorded at the end only")
+                self.live_run = None
         return self
 
     __enter__ = start
 
-    def step(self, tokens: int, steps: int = 1) -> None:
+    def step(self, tokens: int, steps: int = 1, **figures: Any) -> None:
         """Mark the end of `steps` optimizer steps (default one) that together consumed `tokens`
-        tokens (module doc). A call that reaches the end of the warm-up is all warm-up."""
+        tokens (module doc). A call that reaches the end of the warm-up is all warm-up. `figures`
+        (loss, grad_norm, learning_rate: core.steps.STEP_FIELDS) go into the live run's step series
+        with this rank's step time, tokens/s/GPU and peak memory."""
         if steps < 1:
             raise ValueError("steps must be >= 1")
         self._sync()
-        now = time.perf_counter()
+        now = self._clock()
         self.steps += steps
+        if self.live_run is not None:
+            self._live_step(now, tokens, steps, figures)
         if self.steps <= self.warmup_steps:
             if self.steps == self.warmup_steps:
                 self._t_start = now
@@ -191,7 +222,14 @@ class Recorder:
         except Exception:  # noqa: BLE001 - never mask the training outcome
             log.exception("scalebook: could not build the run record")
             return None
-        if self.push and self._rank() == 0:
+        if self.live_run is not None:  # the record is the live run's finish (same run_key)
+            outcome = self.live_run.finish(self.record, deadline_s=deadline_s)
+            self.result = PushResult(status=outcome, run_keys=[self.run_key])
+            if outcome in ("rejected", "error") and exc is None and self.client is not None and self.client.strict:
+                from ingest.client import PushError
+
+                raise PushError(f"the live run {self.run_key} could not be finished: {outcome}", self.result)
+        elif self.push and self._rank() == 0:
             client = self.client or Client()
             if deadline_s is not None and deadline_s < client.deadline_s:
                 client = copy.copy(client)
@@ -212,6 +250,20 @@ class Recorder:
     def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         self.finish(exc if exc_type is not None and not _clean_exit(exc) else None)
         return False  # re-raise whatever left the block
+
+    def _live_step(self, now: float, tokens: int, steps: int, figures: dict[str, Any]) -> None:
+        """Hand this step's figures to the live run (a buffer append: nothing waits on the network)."""
+        try:
+            seconds = now - self._t_prev if self._t_prev is not None else None
+            self._t_prev = now
+            mp = self._model_parallel(self.run_fields, self.run_fields.get("world_size") or self._world_size())
+            peak, _ = self._memory()
+            assert self.live_run is not None
+            self.live_run.step(self.steps, step_time_s=seconds / steps if seconds else None,
+                               tokens_per_sec_per_gpu=tokens / mp / seconds if seconds and mp and tokens else None,
+                               peak_memory_gib=peak, **figures)
+        except Exception:  # noqa: BLE001 - a figure must never stop training
+            log.exception("scalebook: could not record the step")
 
     # ------------------------------------------------------------------ helpers
     def _sync(self) -> None:
@@ -263,7 +315,15 @@ class Recorder:
         return (m[0], s[0] / world, int(-m[3]),
                 m[1] if peak is not None else None, m[2] if reserved is not None else None)
 
-    def _build(self, exc: BaseException | None) -> dict[str, Any]:
+    @staticmethod
+    def _model_parallel(fields: dict[str, Any], world: int | None) -> int | None:
+        """tp·pp·cp when all three are given, 1 for a single process, else None (unknown)."""
+        degrees = [int(v) for d in ("tp", "pp", "cp") if (v := fields.get(d))]
+        return degrees[0] * degrees[1] * degrees[2] if len(degrees) == 3 else 1 if world == 1 else None
+
+    def _base_record(self) -> dict[str, Any]:
+        """The record's fields known before any measurement: run_fields, run_key and what torch and
+        the launcher state (world size, node layout, versions, GPU). The opening of the live run."""
         fields = self.run_fields
         rec: dict[str, Any] = {"run_key": self.run_key, "source": "recorder", "framework": "pytorch"}
         rec.update({k: v for k, v in fields.items() if v is not None and k != "extra"})
@@ -271,10 +331,6 @@ class Recorder:
         local = _env_int("LOCAL_WORLD_SIZE")
         # dp and any degree not given are left to the server, which fills them only where
         # tp·pp·cp·dp = world_size determines them and names them in extra.derived_fields.
-        # Per-GPU throughput divides by tp·pp·cp: known when given, or 1 for a single process.
-        degrees = [int(v) for d in ("tp", "pp", "cp") if (v := fields.get(d))]
-        mp: int | None = (degrees[0] * degrees[1] * degrees[2] if len(degrees) == 3
-                          else 1 if world == 1 else None)
         defaults: dict[str, Any] = {
             "started_at": self._started_at.isoformat() if self._started_at else None,
             "world_size": world,
@@ -291,6 +347,17 @@ class Recorder:
         for key, value in defaults.items():
             if rec.get(key) is None and value is not None:
                 rec[key] = value
+        if fields.get("extra"):
+            rec["extra"] = dict(fields["extra"])
+        return rec
+
+    def _build(self, exc: BaseException | None) -> dict[str, Any]:
+        fields = self.run_fields
+        rec = self._base_record()
+        rec.pop("extra", None)
+        world = rec.get("world_size")
+        # Per-GPU throughput divides by tp·pp·cp: known when given, or 1 for a single process.
+        mp = self._model_parallel(fields, world)
         seconds = (self._t_last - self._t_start) if self._t_last is not None and self._t_start is not None else 0.0
         peak, reserved = self._memory()
         extra: dict[str, Any] = {"warmup_steps": self.warmup_steps, "steps": self.steps,

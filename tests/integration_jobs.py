@@ -3,11 +3,12 @@ random token data, a few optimizer steps in each framework with its scalebook in
 
 Imported by the tests (success runs, in process) and run as a script for jobs that die:
 
-    python tests/integration_jobs.py FRAMEWORK RUN_KEY --fail oom|sigterm [--marker PATH]
+    python tests/integration_jobs.py FRAMEWORK RUN_KEY --fail oom|sigterm|hang [--marker PATH]
 
 ``--fail oom`` raises ``torch.OutOfMemoryError`` from the 4th training forward (an exception in a
 step); ``--fail sigterm`` writes MARKER at the 4th training forward and then blocks in that step
-until the test's SIGTERM arrives (for Lightning, until Lightning has seen it).
+until the test's SIGTERM arrives (for Lightning, until Lightning has seen it); ``--fail hang`` writes
+MARKER there and hangs (for up to 120 s: the test SIGKILLs it, a job that hung or was killed outright).
 """
 
 from __future__ import annotations
@@ -173,7 +174,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("framework", choices=sorted(JOBS))
     p.add_argument("run_key")
-    p.add_argument("--fail", choices=("oom", "sigterm"))
+    p.add_argument("--fail", choices=("oom", "sigterm", "hang"))
     p.add_argument("--marker", type=Path)
     a = p.parse_args()
     torch.set_num_threads(1)

@@ -194,6 +194,8 @@ VARIANTS: dict[str, list[str]] = {
         "NVRM: Xid (PCI:0000:18:00): 94, pid=2211, name=python3, Contained ECC error.",
         "torch.AcceleratorError: CUDA error: uncorrectable ECC error encountered",
         "Unable to determine the device handle for GPU0000:9C:00.0: Unknown Error",
+        # the amdgpu driver's job timeout (drivers/gpu/drm/amd/amdgpu/amdgpu_job.c) before its GPU reset
+        "[drm:amdgpu_job_timedout [amdgpu]] *ERROR* ring gfx_0.0.0 timeout, signaled seq=1, emitted seq=3",
         "NVRM: GPU 0000:86:00.0: GPU has fallen off the bus.",
     ],
     "child_process_failed": [
@@ -235,6 +237,11 @@ VARIANTS: dict[str, list[str]] = {
     ],
     # issue 27: a diverged run, a refused layout, a lost node, a host OOM kill
     "divergence": [
+        # logged NaN/inf metrics (NAN_METRIC): Megatron's iteration line, torchtitan's step line, Lightning's
+        " iteration     3385/    8000 | consumed samples:       216640 | lm loss: NAN | loss scale: 1.0 | "
+        "grad norm: nan | number of skipped iterations:   0 | number of nan iterations:   0 |",
+        "[titan] 2025-02-20 10:00:00,000 - root - INFO - step: 80  loss: nan  memory: 30.1GiB(40%)  tps: 1,234",
+        "Epoch 3: 100%|██████████| 500/500 [01:02<00:00, train_loss=nan, val_loss=inf]",
         "[2024-06-01 10:00:00,000] [ERROR] Exception: Current loss scale already at minimum - cannot decrease "
         "scale anymore. Exiting run.",
         "[rank5]: AssertionError: Rank 5: found NaN in local grad norm in backward pass before data-parallel "
@@ -268,6 +275,12 @@ VARIANTS: dict[str, list[str]] = {
         "tried to allocate 68719476736 bytes.",
         "srun: error: node-7: task 2: Out Of Memory",
         "terminate called after throwing an instance of 'std::bad_alloc'",
+        # the kernel OOM killer's report (mm/oom_kill.c format strings) and NumPy's MemoryError subclass
+        "[ 4021.551233] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0",
+        "[ 4021.551300] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1,task=python,"
+        "pid=4242,uid=1000",
+        "[ 4021.561003] oom_reaper: reaped process 4242 (python), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB",
+        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.00 GiB for an array with shape (402653184,)",
     ],
     "unknown": [
         "Traceback (most recent call last):",
@@ -577,3 +590,88 @@ def test_kernel_oom_kill_in_its_cgroup_and_old_forms():
     for line in ("[812.3] Memory cgroup out of memory: Killed process 4242 (python) total-vm:1024kB",
                  "Out of memory: Kill process 999 (python) score 900 or sacrifice child"):
         assert classify_line(line) == "oom_host", line
+
+
+# Third round of rules (issue27-dev3): one real line per rule, with its public source, and lines of the
+# same shape that are not failures. The full development split is in tests/data/failures/labelled_lines.csv.
+THIRD_ROUND = [
+    # ROCr's page-fault report (AMD GPUs): an illegal access, like CUDA's illegal address
+    ("cuda_illegal_memory_access",
+     "Memory access fault by GPU node-2 (Agent handle: 0x63155be5d980) on address (nil). Reason: Unknown.",
+     "https://github.com/ROCm/legacy-rocm-build/issues/5238"),
+    # the NVIDIA driver's NV_ERR_GPU_IS_LOST and NVML's GPU_IS_LOST, without an Xid number
+    ("gpu_hardware_fault",
+     "[   35.564060] NVRM: nvCheckOkFailedNoLog: Check failed: GPU lost from the bus [NV_ERR_GPU_IS_LOST] "
+     "(0x0000000F) returned from nvdEngineDumpCallbackHelper(pGpu, pPrbEnc, pNvDumpState, pEngineCallback) "
+     "@ nv_debug_dump.c:274", "https://github.com/openwall/john/issues/5835"),
+    ("gpu_hardware_fault", "NVMLError_GpuIsLost: GPU is lost", "https://github.com/rossumai/nvgpu/issues/6"),
+    # Kubernetes: the container's OOM kill by its memory cgroup
+    ("oom_host", "kubeflow                    training-operator-8569f97489-zkxbt                            0/1"
+     "     OOMKilled", "https://github.com/alauda/kubeflow-chart/issues/45"),
+    ("oom_host", 'Warning  Failed  113s   kubelet  Error: container create failed: time="2022-09-14T11:35:13Z" '
+     'level=error msg="runc create failed: unable to start container process: container init was OOM-killed '
+     '(memory limit too low?)"', "https://github.com/kubeflow/trainer/issues/1661"),
+    # NCCL's ncclCommEnsureReady
+    ("nccl_invalid_usage_or_internal",
+     "instance-12463:390729:390729 [2] init.cc:303 NCCL WARN Attempt to use communicator before the previous "
+     "operation returned ncclSuccess", "https://github.com/NVIDIA/TensorRT-LLM/issues/1039"),
+    # NaN metrics: InternEvo's check, HF Trainer's logged dict
+    ("divergence", "Nan grad norm occurs, please check it", "https://github.com/InternLM/InternEvo/issues/375"),
+    ("divergence", "{'loss': nan, 'grad_norm': nan, 'learning_rate': 4e-05, 'epoch': 0.01}",
+     "https://github.com/pytorch/ao/issues/3356"),
+    # ROCm's TF port: "failed to allocate ... from device" without the byte count
+    ("oom_gpu", "mnist.py: failed to allocate 8.00G from device: hipError_t(1002)",
+     "https://github.com/ROCmSoftwarePlatform/hiptensorflow/issues/62"),
+    # RCCL names the HIP call that failed; NCCL socket connect failures; a failed ibverbs completion
+    ("nccl_unhandled_cuda_error",
+     "guest:5161:5196 [1] /longer_pathname_so_that_rpms_can_support_packaging_the_debug_info_for_all_os_profiles"
+     "/src/out/ubuntu-22.04/22.04/build/rccl/hipify/src/transport/p2p.cc:239 NCCL WARN hipIpcGetMemHandle "
+     "failed : invalid argument", "https://github.com/ROCm/rccl-tests/issues/120"),
+    ("nccl_network_error", "voicec105:90736:91655 [0] include/socket.h:403 NCCL WARN Connect to "
+     "fe80::c4eb:49ff:fe04:e32d%6<57335> failed : Network is unreachable",
+     "https://github.com/wenet-e2e/wenet/issues/1891"),
+    ("nccl_network_error", "F20250821 13:22:09.976752 3186121 rdma_io.cc:811] Check failed: wc->status == "
+     "IBV_WC_SUCCESS RC send CQ state error: 12, 0", "https://github.com/uccl-project/uccl/issues/293"),
+    # a HIP runtime error not classified otherwise
+    ("unknown", "hipErrorNoBinaryForGpu: Unable to find code object for all current devices!",
+     "https://github.com/ROCm/legacy-rocm-build/issues/1530"),
+]
+
+
+@pytest.mark.parametrize("label,line,source", THIRD_ROUND, ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(THIRD_ROUND)])
+def test_third_round_rules_on_real_lines(label, line, source):
+    assert source.startswith("https://github.com/")
+    assert classify_line(line) == label
+
+
+@pytest.mark.parametrize("line", [
+    # healthy metric lines and an allocator warning that XLA itself says is not a failure
+    "{'loss': 0.664, 'grad_norm': 0.5964511632919312, 'learning_rate': 8e-05, 'epoch': 0.01}",
+    "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: 66.91GiB",
+    "2025-05-18 21:59:55.086788: W external/xla/xla/tsl/framework/bfc_allocator.cc:310] Allocator (GPU_0_bfc) ran "
+    "out of memory trying to allocate 3.37GiB with freed_by_count=0. The caller indicates that this is not a "
+    "failure, but this may mean that there could be performance gains if more memory were available.",
+    "kubeflow   training-operator-8569f97489-zkxbt   1/1   Running   0   5m",
+])
+def test_third_round_rules_leave_healthy_lines_alone(line):
+    assert classify_line(line) is None
+
+
+def test_gsp_recovery_after_a_critical_xid_reads_the_xid():
+    """"RC all channels for critical error N" carries an Xid code: 79 (fallen off the bus) is the
+    hardware's, 31 (MMU fault) the application's illegal access."""
+    assert classify_line("NVRM: kgspRcAndNotifyAllChannels_IMPL: RC all channels for critical error 79.") \
+        == "gpu_hardware_fault"
+    assert classify_line("NVRM: kgspRcAndNotifyAllChannels_IMPL: RC all channels for critical error 31.") \
+        == "cuda_illegal_memory_access"
+
+
+def test_a_nan_metric_is_divergence_alone_but_no_root_cause_of_a_log():
+    """A logged NaN/inf metric line reads as divergence on its own, but over a whole log it is not a
+    root cause: the framework may skip the step and recover (the log reader counts non-finite steps)."""
+    nan_line = "{'loss': nan, 'grad_norm': nan, 'learning_rate': 4e-05, 'epoch': 0.01}"
+    assert classify_line(nan_line) == "divergence"
+    recovered = classify_text("\n".join([nan_line, "{'loss': 0.664, 'grad_norm': 0.59, 'epoch': 0.02}"]))
+    assert recovered.error_class is None
+    crashed = classify_text("\n".join([nan_line, "FloatingPointError: Loss became infinite or NaN at iteration=5!"]))
+    assert (crashed.error_class, crashed.line_no) == ("divergence", 2)

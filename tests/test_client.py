@@ -176,12 +176,12 @@ def test_5xx_and_429_are_retried_then_stored_once(live_api, tmp_path):
     assert [r["run_key"] for r in stored_runs(live_api)] == [result.run_key]
 
 
-def test_wrong_token_keeps_runs_in_the_spool_for_a_later_sync(live_api, database, tmp_path):
-    from service.auth import create_token
-
-    with database.session(write=True) as session:
-        _, secret = create_token(session, "writer", "write")
-    time.sleep(1.1)  # the API caches "tokens enabled" for a second
+def test_wrong_token_keeps_runs_in_the_spool_for_a_later_sync(live_api, tmp_path):
+    # created over the API (open while no token exists), which refreshes its "tokens enabled" cache:
+    # the next request already needs a token, no waiting for the cache to expire
+    created = httpx.post(f"{live_api}/api/v1/tokens", json={"name": "writer", "scope": "write"})
+    assert created.status_code == 201, created.text
+    secret = created.json()["token"]
     wrong = Client(url=live_api, token="not-the-token", spool_dir=tmp_path, deadline_s=5.0)
     result = wrong.push(run(1))
     assert result.status == "spooled" and result.attempts == 1  # a 401 is not retried
@@ -229,6 +229,7 @@ def test_sync_with_server_down_keeps_everything(tmp_path):
     assert offline.spool_path.read_bytes() == before
 
 
+@pytest.mark.integration
 def test_concurrent_processes_append_whole_lines(tmp_path):
     code = ("import sys; from ingest import Client; c = Client(url=sys.argv[1], spool_dir=sys.argv[2], deadline_s=0); "
             "[c.push({'name': f'p{sys.argv[3]}-{i}', 'error_message': 'x' * 5000}) for i in range(100)]")
@@ -254,6 +255,7 @@ while True:
 """
 
 
+@pytest.mark.integration
 def test_spool_survives_a_sigkilled_client_and_syncs_exactly_once(live_api, tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", CRASHING_CLIENT, dead_url(), str(tmp_path)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -318,6 +320,7 @@ class ServeProcess:
         self.log.close()
 
 
+@pytest.mark.integration
 def test_1000_runs_while_the_server_is_killed_and_restarted(tmp_path):
     server = ServeProcess(tmp_path / "scalebook.duckdb", tmp_path / "serve.log")
     server.start()

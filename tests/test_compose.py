@@ -134,6 +134,7 @@ def _api_steps(compose: dict, port: int) -> list[list[str]]:
     return steps
 
 
+@pytest.mark.integration
 def test_api_command_runs_against_postgresql(compose, worker_tag):
     """What the migrate and api containers do, on the local PostgreSQL: migrate, then serve on 0.0.0.0
     with two workers."""

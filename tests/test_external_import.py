@@ -142,6 +142,7 @@ def mlflow_server(tmp_path_factory):
         server.stop()
 
 
+@pytest.mark.integration
 def test_mlflow_rest_client_pages_through_every_run(mlflow_server):
     server, ids = mlflow_server
     client = external.MlflowClient(server.url)
@@ -151,6 +152,7 @@ def test_mlflow_rest_client_pages_through_every_run(mlflow_server):
         client.experiment_id("no-such-experiment")
 
 
+@pytest.mark.integration
 def test_import_mlflow_experiment_twice(mlflow_server, live_api, tmp_path):
     server, ids = mlflow_server
     rejects = tmp_path / "rejects.csv"
@@ -184,6 +186,7 @@ def test_import_mlflow_experiment_twice(mlflow_server, live_api, tmp_path):
     assert len(runs_by_key(live_api)) == 4
 
 
+@pytest.mark.integration
 def test_import_mlflow_errors_are_clear(mlflow_server, live_api, tmp_path):
     server, _ = mlflow_server
     bad_map = tmp_path / "map.toml"

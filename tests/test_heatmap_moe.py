@@ -104,5 +104,24 @@ def test_cli_heatmap_shows_both_rows_at_80_columns(live_api, data_dir, monkeypat
     one_node = {r[0]: r for r in rows if r[0] and r[1] == "1"}
     assert set(one_node) == {"30–34B", "30–34B MoE (A3B)"}, out.output
     assert "2,084" in one_node["30–34B"]  # MPT-30b's best on one node (CSV), no longer hidden
+    sizes = runner.invoke(app, ["heatmap", "--all-slices", "--exact-sizes", "--model", "30B", "--max-nodes", "1"])
+    labels = {line.split("│")[1].strip() for line in sizes.output.splitlines() if line.startswith("│ ")} - {""}
+    assert labels == {"30B", "30B MoE"}, sizes.output
     exact = json.loads(runner.invoke(app, ["heatmap", "--all-slices", "--json"]).stdout)
     assert {c["moe"] for c in exact["cells"] if c["model_size_class"] == 30.0 and c["nodes"] == 1} == {False, True}
+
+
+def test_what_worked_answers_from_the_dense_row(shipped):
+    """"What worked?" reads the heatmap cell the user would look at: for "30B" (a dense target: the
+    memory and throughput models cost dense layouts) the dense 30–34B row, never Qwen3-30B-A3B's MoE
+    runs (which the heatmap shows in a row of their own)."""
+    two = shipped.get("/api/v1/recommend", params={"model_params": "30B", "nodes": 2, "gpu_type": "H100"}).json()
+    assert two["cell"]["size"] == "the heatmap's 30–34B row"
+    assert not any("Qwen" in (r["model_name"] or "") for r in two["measured_on_target"]), two["measured_on_target"]
+    one = shipped.get("/api/v1/recommend", params={"model_params": "30B", "nodes": 1, "gpu_type": "H100",
+                                                    "seq_len": 2048}).json()
+    mpt = csv_rows("llmfoundry_mpt_benchmarks.csv", "MPT-30b")
+    want = max(float(r["tokens_per_sec_per_gpu"]) for r in mpt
+               if int(r["num_gpus"]) == 8 and r["gpu_type"] == "h100_80gb" and r["seq_len"] == "2048")
+    assert one["measured_on_target"][0]["model_name"] == "MPT-30b"
+    assert one["measured_on_target"][0]["tokens_per_sec_per_gpu"] == want

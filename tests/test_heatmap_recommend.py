@@ -345,3 +345,32 @@ def test_recommend_says_which_model_dims_it_inferred(nanotron_client):
         "model_params": "70B", "nodes": 8, "global_batch_tokens": 4_194_304, "num_layers": 80, "hidden_size": 8192,
         "num_heads": 64, "num_kv_heads": 8, "ffn_hidden_size": 28672, "vocab_size": 128256}).json()
     assert not any("num_layers=" in n for n in given["notes"])
+
+
+def test_a_host_oom_vetoes_no_layout_but_a_gpu_oom_does(client, database):
+    """recommend/suggest's recorded-OOM veto (_oom_rows -> oom_implied) reads only OOMs that can be about
+    GPU memory: an `oom_host` run (the kernel's or cgroup's OOM killer) is left out; an `oom_gpu` run and
+    an OOM recorded without a class still veto."""
+    from types import SimpleNamespace
+
+    import sqlalchemy as sa
+
+    from service.analytics.recommend import _oom_rows, oom_implied
+    from service.tables import Run
+
+    base = {"source": "api", "model_params": 8_000_000_000, "nodes": 1, "gpus_per_node": 8, "gpu_type": "H100",
+            "seq_len": 4096, "framework": "nanotron", "precision": "bf16", "status": "oom", "dp": 8, "tp": 1,
+            "pp": 1, "cp": 1, "zero_stage": 1, "recompute": "none"}
+    runs = [{**base, "run_key": "gpu-oom", "micro_batch_size": 4, "error_class": "oom_gpu"},
+            {**base, "run_key": "host-oom", "micro_batch_size": 1, "error_class": "oom_host"},
+            {**base, "run_key": "unclassified-oom", "micro_batch_size": 8}]
+    assert client.post("/api/v1/runs", json={"runs": runs}).status_code == 201, "stored"
+    with database.session() as s:
+        gpu, size, seq = s.execute(sa.select(Run.gpu_type, Run.model_size_class, Run.seq_len)).first()
+        ctx = SimpleNamespace(gpu_type=gpu, size_class=size, seq_len=seq)
+        ooms = _oom_rows(s, ctx)  # type: ignore[arg-type]
+    assert sorted(o["micro_batch_size"] for o in ooms) == [4, 8]
+    cfg = {"dp": 8, "tp": 1, "pp": 1, "cp": 1, "zero_stage": 1, "recompute": "none"}
+    # MBS 2 is implied by no recorded OOM (the host OOM at MBS 1 says nothing); MBS 4 by the GPU OOM
+    assert oom_implied({**cfg, "micro_batch_size": 2}, ctx, ooms) is None  # type: ignore[arg-type]
+    assert oom_implied({**cfg, "micro_batch_size": 4}, ctx, ooms)["micro_batch_size"] == 4  # type: ignore[arg-type,index]

@@ -93,6 +93,10 @@ def test_push_of_malformed_json_is_one_clear_error(live_api, data_dir_env, tmp_p
     assert out.exit_code == 1
     assert "not JSON or JSONL" in text and "line 2, column 1" in text and "nothing sent" in text
     assert "0/0" not in out.output and "importing" not in out.output
+    control = tmp_path / "control.json"  # json's "Invalid control character at": said once, not "at at"
+    control.write_text('{"bad json\n')
+    said = " ".join(runner.invoke(app, ["push", str(control)]).output.split())
+    assert "Invalid control character at line 1, column 11" in said and " at at " not in said
     empty = tmp_path / "empty.json"
     empty.write_text("[]")
     out = runner.invoke(app, ["push", str(empty)])

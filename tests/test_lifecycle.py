@@ -70,6 +70,7 @@ def serve(tmp_path: Path, db_url: str) -> Proc:
     return p
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serve_stops_cleanly_and_keeps_what_it_acknowledged(db_url, tmp_path, sig):
     server = serve(tmp_path, db_url)
@@ -88,6 +89,7 @@ def test_serve_stops_cleanly_and_keeps_what_it_acknowledged(db_url, tmp_path, si
         assert again.stop(signal.SIGINT) == 0
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_up_from_a_clean_data_dir_serves_the_example_data_and_stops_on_sigterm(tmp_path):
     """The quick start: `scalebook up` on an empty data dir migrates the embedded DuckDB, imports
@@ -122,6 +124,7 @@ def test_up_from_a_clean_data_dir_serves_the_example_data_and_stops_on_sigterm(t
     assert (data_dir / "scalebook.duckdb").is_file()
 
 
+@pytest.mark.integration
 def test_two_serve_processes_on_one_postgresql_see_each_others_writes(pg_session_url, tmp_path):
     """Teams outgrow one machine with several stateless API processes on one PostgreSQL (a DuckDB
     file has one owner): a run posted to one is in the other's runs, heatmap and recommend answers

@@ -230,3 +230,12 @@ def test_steps_errors(client):
     assert client.post("/api/v1/runs/live-1/steps", json={"steps": [{"loss": 1.0}]}).status_code == 422
     assert client.post("/api/v1/runs/live-1/heartbeat", json={"loss": 1.0}).status_code == 422  # figures need a step
     assert client.post("/api/v1/runs/live-1/steps", json={"steps": [{"step": 1, "mfu": 2.0}]}).status_code == 422
+
+
+def test_deleting_a_run_deletes_its_steps(client, database):
+    run_id = client.post("/api/v1/runs", json=OPEN).json()["id"]
+    client.post("/api/v1/runs/live-1/steps", json={"steps": series(5)})
+    assert client.delete(f"/api/v1/runs/{run_id}").status_code == 200
+    assert client.get(f"/api/v1/runs/{run_id}/steps").status_code == 404
+    with database.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM run_steps")).scalar() == 0

@@ -68,6 +68,25 @@ def test_predict_a_recorded_configuration_shows_the_measurement(nanotron_client,
     assert abs(a["predicted"]["tokens_per_sec_per_gpu"] / max(same) - 1) < 0.1
 
 
+def test_a_layout_recorded_with_another_zero_stage_is_pointed_out(nanotron_client, data_dir):
+    """Left out, the ZeRO stage is taken as 0; when the layout ran on the target with another stage
+    (the sample's best 2-node run), the answer is not a bare "not run": a note names that run."""
+    row = best_row(data_dir, 2)
+    cfg = csv_config(row)
+    stage = cfg.pop("zero_stage")
+    assert stage != 0  # the CSV's best 2-node run is ZeRO-1
+    a = nanotron_client.post("/api/v1/predict", json={"model_params": "1.34B", "nodes": 2, "gpu_type": "H100",
+                                                      "seq_len": 4096, **cfg}).json()
+    same = [float(x["tok/s/gpu"]) for x in sample_rows(data_dir) if x["status"] == "Success"
+            and int(float(x["nodes"])) == 2 and csv_config(x) == {**cfg, "zero_stage": stage}]
+    note = next(n for n in a["notes"] if n.startswith("this layout ran on the target with"))
+    assert a["measured"] is None and f"zero_stage={stage}" in note and f"{max(same):,.0f} tokens/s" in note
+    said = nanotron_client.post("/api/v1/predict", json={"model_params": "1.34B", "nodes": 2, "gpu_type": "H100",
+                                                         "seq_len": 4096, **cfg, "zero_stage": stage}).json()
+    assert said["measured"]["tokens_per_sec_per_gpu"] == pytest.approx(max(same))
+    assert not any(n.startswith("this layout ran on the target with") for n in said["notes"])
+
+
 @pytest.mark.parametrize(("change", "field"), [
     ({"dp": 4}, "dp"),                                           # 4·2·1·1 = 8 != 16 GPUs
     ({"nodes": 1, "gpus_per_node": 6, "dp": 2, "tp": 3, "num_heads": 16}, "tp"),  # 16 heads over TP 3

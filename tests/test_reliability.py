@@ -337,6 +337,7 @@ def _stored_keys(url: str) -> tuple[int, set[str]]:
     return len(keys), set(keys)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_concurrent_writers_and_readers(db_url, tmp_path):
     """8 writer processes (40 requests each) + 2 readers on a live server: no errors, each acked run once."""
@@ -390,6 +391,7 @@ with httpx.Client(base_url=base, timeout=10) as client:
 """
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_sigkill_during_ingest_loses_no_acknowledged_run(db_url, tmp_path):
     """SIGKILL `scalebook serve` mid-ingest; after a restart every acknowledged run is stored
@@ -417,6 +419,7 @@ def test_sigkill_during_ingest_loses_no_acknowledged_run(db_url, tmp_path):
 
 # -- the benchmark tool ----------------------------------------------------------------------------
 
+@pytest.mark.integration
 def test_bench_smoke(tmp_path):
     """`scalebook bench` runs end to end on a small N and prints its one JSON object (no timing
     assertions: the figures at 10^6 runs are in bench/RESULTS.md)."""

@@ -23,6 +23,7 @@ def run_cli(args, env, timeout=60):
                           timeout=timeout)
 
 
+@pytest.mark.integration
 def test_stale_postgres_schema_refused_then_fixed(worker_tag):
     name = f"sbstale_{worker_tag}"
     url = create_pg_database(name)
@@ -44,6 +45,7 @@ def test_stale_postgres_schema_refused_then_fixed(worker_tag):
         drop_pg_database(name)
 
 
+@pytest.mark.integration
 def test_embedded_duckdb_is_migrated_by_serve(tmp_path):
     port = free_port()
     env = {**os.environ, "SCALEBOOK_DATA_DIR": str(tmp_path / "data")}

@@ -203,6 +203,7 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+@pytest.mark.integration
 def test_serve_refuses_public_bind_without_tokens(tmp_path: Path):
     env = _env(SCALEBOOK_DATABASE_URL=f"duckdb:///{tmp_path / 'empty.duckdb'}")
     proc, _ = _serve(env)
@@ -214,6 +215,7 @@ def test_serve_refuses_public_bind_without_tokens(tmp_path: Path):
     assert "refusing to bind 0.0.0.0" in err and "--insecure" in err
 
 
+@pytest.mark.integration
 def test_serve_public_bind_with_insecure_starts(tmp_path: Path):
     env = _env(SCALEBOOK_DATABASE_URL=f"duckdb:///{tmp_path / 'empty.duckdb'}")
     proc, port = _serve(env, "--insecure")
@@ -223,6 +225,7 @@ def test_serve_public_bind_with_insecure_starts(tmp_path: Path):
         _stop(proc)
 
 
+@pytest.mark.integration
 def test_serve_public_bind_with_a_token_starts(tmp_path: Path):
     env = _env(SCALEBOOK_DATABASE_URL=f"duckdb:///{tmp_path / 'sb.duckdb'}")
     made = scalebook("token", "create", "--scope", "admin", "--direct", env=env)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from conftest import create_pg_database, drop_pg_database, free_port
 
 from service.cli.server import listen_socket
@@ -63,6 +64,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.integration
 def test_workers_serve_postgresql_and_are_refused_on_duckdb(worker_tag, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCALEBOOK_")}
     duck = subprocess.run([*SCALEBOOK, "serve", "--workers", "2", "--port", str(free_port())], capture_output=True,

@@ -35,7 +35,12 @@ def by_nodes(query: dict[str, Any]) -> None:
     cells = ui.call(data.get, "/heatmap", gpu_type=query.get("gpu_type"), framework=query.get("framework"))["cells"]
     if query.get("model_size_class") is not None:
         cells = [c for c in cells if c["model_size_class"] == query["model_size_class"]]
-    st.dataframe(fl.by_nodes(cells), hide_index=True, key="fail_nodes", column_config={"failure_rate": RATE})
+    lost_runs, _ = ui.call(data.all_runs, max_runs=MAX_PER_STATUS, status="lost", **query)
+    lost = fl.count_by_nodes(lost_runs)
+    st.dataframe(fl.by_nodes(cells, lost), hide_index=True, key="fail_nodes", column_config={"failure_rate": RATE})
+    if lost:
+        st.caption("lost: runs still open whose job stopped heartbeating (hung, or killed outright) — see the Live "
+                   "page")
 
 
 def failed_runs(query: dict[str, Any]) -> list[dict[str, Any]]:
@@ -76,7 +81,8 @@ def rates(options: dict[str, list[Any]], query: dict[str, Any]) -> None:
         params = {**query, dim: value}
         n = ui.call(data.get, "/runs", limit=1, **params)["total"]
         ok = ui.call(data.get, "/runs", limit=1, status="success", **params)["total"] if n else 0
-        totals[value] = (n, ok)
+        running = ui.call(data.get, "/runs", limit=1, status="running", **params)["total"] if n else 0
+        totals[value] = (n - running, ok)  # a running run has no outcome yet; a lost one counts as failed
     st.dataframe(fl.dimension_failure_rates(dim, totals), hide_index=True, key="fail_rates",
                  column_config={"failure_rate": RATE})
 

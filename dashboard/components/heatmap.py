@@ -126,7 +126,7 @@ def grid_text(grid: hm.Grid) -> None:
 
 def downloads(fig: Any, cells: list[dict[str, Any]]) -> None:
     """CSV of the cells; the chart as PNG (kaleido) or as a self-contained interactive HTML file."""
-    c1, c2, _ = st.columns([1, 1, 3])
+    c1, c2, _ = st.columns([1, 1.5, 2.5])  # "Heatmap as HTML" whole at 1280 px (was cut to "Heatmap as HT…")
     with c1:
         ui.csv_download("Cells as CSV", lambda: hm.cells_frame(cells).to_csv(index=False), "scalebook-heatmap.csv",
                         key="hm_csv")

@@ -7,6 +7,7 @@ from typing import Any
 import streamlit as st
 
 from dashboard import data, ui
+from dashboard.logic import live as lv
 from dashboard.logic import runs as rl
 from dashboard.logic.fmt import run_title, size_label
 from service.client import Client, ClientError
@@ -74,7 +75,7 @@ def table(runs: list[dict[str, Any]], query: dict[str, Any], sort: str, total: i
     """The page as a table, plus CSV downloads of this page and of EVERY matching run (all pages,
     fetched when clicked; every field, as `scalebook export` writes it)."""
     st.dataframe(rl.styled(rl.runs_table(runs)), hide_index=True, column_config=COLUMNS, key="runs_table")
-    c1, c2, _ = st.columns([1, 1, 2])
+    c1, c2, _ = st.columns([2, 1.4, 0.6])  # the first label ("All 1,989 matching runs as CSV") whole at 1280 px
     with c1:
         ui.csv_download(f"All {total:,} matching runs as CSV",
                         lambda: rl.runs_csv(data.all_runs(max_runs=None, sort=sort, **query)[0]),
@@ -95,6 +96,11 @@ def detail(runs: list[dict[str, Any]]) -> None:
             st.caption(f"Retired {str(run['retired_at'])[:16].replace('T', ' ')} UTC — "
                        f"{run.get('retired_reason') or 'no reason given'}. Kept and listed here; the heatmap, "
                        "recommendations and fits leave it out.")
+        if run.get("status") in ("running", "lost"):
+            st.badge(run["status"], icon=":material/monitor_heart:",
+                     color="blue" if run["status"] == "running" else "red")
+            st.caption(f"Open run, last heard from {str(run.get('last_heartbeat_at'))[:19].replace('T', ' ')} UTC; "
+                       "analytics leave it out until it finishes.")
         sections = rl.detail_sections(run)
         cols = st.columns(2)  # two wide columns: field names such as tokens_per_sec_per_gpu stay whole
         for i, (name, frame) in enumerate(sections.items()):
@@ -103,7 +109,21 @@ def detail(runs: list[dict[str, Any]]) -> None:
                 st.dataframe(frame, hide_index=True, key=f"runs_detail_{name}", width="stretch",
                              column_config={"field": st.column_config.TextColumn("field", width="medium"),
                                             "value": st.column_config.TextColumn("value", width="large")})
+        series(int(run["id"]))
         retire(run)
+
+
+def series(run_id: int, fresh: bool = False) -> None:
+    """The run's step series (GET /runs/{id}/steps) plotted, with its jitter and stragglers; nothing for a
+    run without steps. `fresh`: past the cache (the Live page)."""
+    body = (data.get_fresh if fresh else data.get)(f"/runs/{run_id}/steps")
+    steps = body.get("steps") or []
+    if not steps:
+        return
+    st.markdown(f"*Step series* ({len(steps)} steps)")
+    st.plotly_chart(lv.series_figure(steps, body["summary"]), key=f"series_{run_id}_{fresh}")
+    for line in lv.summary_text(body["summary"]):
+        st.caption(line)
 
 
 def retire(run: dict[str, Any]) -> None:

@@ -14,12 +14,15 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from core.record import STATUSES
+from core.record import LOST, STATUSES
 from core.rules import parallel_label
 from dashboard.logic.fmt import config_label, size_label
 
 Run = Mapping[str, Any]
-FAILED_STATUSES = tuple(s for s in STATUSES if s != "success")
+#: what the Failures page counts as failed: every finished status but success, and the lost runs (a
+#: running run without a heartbeat for lost_after_s: the job hung or was killed). Running runs are not
+#: results yet and are left out.
+FAILED_STATUSES = (*(s for s in STATUSES if s != "success"), LOST)
 
 
 def failure_class(run: Run) -> str:
@@ -27,22 +30,31 @@ def failure_class(run: Run) -> str:
     return run.get("error_class") or f"unclassified ({run.get('status') or '?'})"
 
 
-def by_nodes(cells: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """Runs, successes, OOMs, other failures and the failure rate per node count (summed over the
-    heatmap cells, so the counts are exact whatever the number of runs)."""
+def by_nodes(cells: Sequence[Mapping[str, Any]], lost: Mapping[int, int] | None = None) -> pd.DataFrame:
+    """Runs, successes, OOMs, other failures, lost runs and the failure rate per node count (summed over
+    the heatmap cells — finished runs — so the counts are exact whatever the number of runs; `lost`:
+    {nodes: lost runs}, from GET /runs?status=lost, counted as failures)."""
     acc: dict[int, Counter] = {}
     for c in cells:
         counter = acc.setdefault(c["nodes"], Counter())
         counter["success"] += c.get("n_success", 0)
         counter["oom"] += c.get("n_oom", 0)
         counter["failed"] += c.get("n_failed", 0)
+    for nodes, n in (lost or {}).items():
+        acc.setdefault(nodes, Counter())["lost"] += n
     rows = []
-    for nodes in sorted(acc):
+    for nodes in sorted(acc, key=lambda n: (n is None, n)):
         k = acc[nodes]
-        total = k["success"] + k["oom"] + k["failed"]
+        total = k["success"] + k["oom"] + k["failed"] + k["lost"]
+        bad = k["oom"] + k["failed"] + k["lost"]
         rows.append({"nodes": nodes, "runs": total, "success": k["success"], "oom": k["oom"],
-                     "other_failed": k["failed"], "failure_rate": (k["oom"] + k["failed"]) / total if total else None})
-    return pd.DataFrame(rows, columns=["nodes", "runs", "success", "oom", "other_failed", "failure_rate"])
+                     "other_failed": k["failed"], "lost": k["lost"], "failure_rate": bad / total if total else None})
+    return pd.DataFrame(rows, columns=["nodes", "runs", "success", "oom", "other_failed", "lost", "failure_rate"])
+
+
+def count_by_nodes(runs: Sequence[Run]) -> dict[Any, int]:
+    """{nodes: number of runs} of `runs`."""
+    return dict(Counter(r.get("nodes") for r in runs))
 
 
 def class_by_nodes(runs: Sequence[Run]) -> pd.DataFrame:
@@ -110,7 +122,8 @@ def by_config(runs: Sequence[Run], limit: int = 50) -> pd.DataFrame:
 
 def dimension_failure_rates(dimension: str, totals: Mapping[Any, tuple[int, int]]) -> pd.DataFrame:
     """Failure rate per value of one config field (zero_stage, tp, micro_batch_size, …) from
-    ``{value: (runs, successes)}`` (exact counts, e.g. the ``total`` of GET /runs pages)."""
+    ``{value: (runs, successes)}`` (exact counts, e.g. the ``total`` of GET /runs pages; runs still
+    running are not counted: they have no outcome yet)."""
     rows = [{dimension: v, "runs": n, "failed": n - ok, "failure_rate": (n - ok) / n if n else None}
             for v, (n, ok) in sorted(totals.items(), key=lambda kv: _order(kv[0])) if n]
     return pd.DataFrame(rows, columns=[dimension, "runs", "failed", "failure_rate"])

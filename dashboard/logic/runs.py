@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.record import STATUSES  # noqa: F401 - the one status list, used by the runs page
+from core.record import ALL_STATUSES as STATUSES  # noqa: F401 - the one status list (running, lost too)
 from dashboard.logic.fmt import config_label, effective_mfu, field_value
 
 Run = Mapping[str, Any]

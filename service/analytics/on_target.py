@@ -9,6 +9,9 @@
   recorded dims differ from the given ones is left out);
 - the same node count, GPU type (catalog name), GPUs per node (a run that does not say matches) and
   sequence length (the slice the heatmap is drawn on);
+- the same kind of model, dense or mixture-of-experts (runs.is_moe, core.model.is_moe): the heatmap
+  keeps them in rows of their own ("30–34B" and "30–34B MoE (A3B)"), and a target is dense (the
+  memory and throughput models cost dense layouts), so Qwen3-30B-A3B's runs do not answer "30B";
 - every framework and precision: each run is labelled with its exact model size, framework and
   precision.
 
@@ -35,7 +38,7 @@ from core import hardware
 from core.families import family_of
 from core.model import model_size_class
 from core.rules import CONFIG_FIELDS
-from service.analytics.heatmap import metric_expr
+from service.analytics.heatmap import MOE, metric_expr
 from service.analytics.memory import estimate_memory
 from service.lifecycle import FINISHED
 from service.ranking import best_order
@@ -89,13 +92,15 @@ class Cell:
     gpu_type: str | None
     seq_len: int | None
     dims: dict[str, int | None] = field(default_factory=dict)
+    moe: bool = False  # the heatmap's mixture-of-experts row of the size (runs.is_moe); False: the dense row
 
     def size_text(self) -> str:
-        """"the heatmap's 7–8B row" or "size class 8.9B" (how the cell reads the size asked)."""
+        """"the heatmap's 7–8B row" or "size class 8.9B" (how the cell reads the size asked; "… MoE
+        row" / "MoE size class …" for the mixture-of-experts runs)."""
         size_b = self.model_params / 1e9
         if self.family:
-            return f"the heatmap's {family_of(size_b).label} row"
-        return f"size class {model_size_class(self.model_params):g}B"
+            return f"the heatmap's {family_of(size_b).label}{' MoE' if self.moe else ''} row"
+        return f"{'MoE ' if self.moe else ''}size class {model_size_class(self.model_params):g}B"
 
     def holds(self, size_class: float | None) -> bool:
         """Whether a run of this size class (billions) is in the cell's size: its family's range
@@ -140,9 +145,10 @@ class Measured:
 
 
 def _cell_conditions(cell: Cell) -> list[sa.ColumnElement[bool]]:
-    """Size, nodes, GPU type and GPUs per node of the cell (not the seq_len), runs not retired."""
+    """Size (and MoE or dense), nodes, GPU type and GPUs per node of the cell (not the seq_len), runs
+    not retired."""
     gpu = Run.gpu_type.is_(None) if cell.gpu_type is None else Run.gpu_type == cell.gpu_type
-    return [cell.size_filter(), Run.nodes == cell.nodes, gpu, Run.retired_at.is_(None), FINISHED,
+    return [cell.size_filter(), MOE == cell.moe, Run.nodes == cell.nodes, gpu, Run.retired_at.is_(None), FINISHED,
             sa.or_(Run.gpus_per_node.is_(None), Run.gpus_per_node == cell.gpus_per_node)]
 
 

@@ -67,61 +67,8 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
     "evidence_run_ids", "model", "unpredictable": {"nodes", "reason"} | None}, source text).
     Raises BadRequest when nothing can be predicted (no recorded runs to fit or complete the target
     with)."""
-    from service.analytics import recommend as rec
-
-    def ask(n: int) -> dict[str, Any]:
-        try:
-            return rec.recommend(session, rec.Target(model_params=n_params, nodes=n, gpus_per_node=gpus_per_node,
-                                                     gpu_type=gpu_type, precision=precision, **(shape or {})), k=1)
-        except BadRequest as exc:
-            raise BadRequest(f"no MFU to plan with: {exc.message}; pass mfu (e.g. 0.35)",
-                             [{"field": "mfu", "value": None, "message": "required: nothing to predict from"}]) from exc
-
-    def why_not(answer: dict[str, Any]) -> str:
-        c = answer["counts"]
-        if not c.get("layouts"):
-            return (f"no layout hits the {answer['target']['global_batch_tokens']:,}-token global batch "
-                    "exactly")
-        return "no layout is predicted to fit in memory"
-
-    # node count asked for → (the count the MFU is predicted at, its answer, why the asked one could not
-    # be: None when it could) or None (nothing can be proposed there nor above); one lookup per count
-    memo: dict[int, tuple[int, dict[str, Any], dict[str, Any] | None] | None] = {}
-
-    def resolve(n: int) -> tuple[int, dict[str, Any], dict[str, Any] | None] | None:
-        if n not in memo:
-            answer = ask(n)
-            if answer["candidates"]:
-                memo[n] = (n, answer, None)
-            elif answer["target"].get("global_batch_tokens") is None:
-                memo[n] = None  # nothing recorded to complete the target from: no other count does better
-            else:
-                gap = {"nodes": n, "reason": why_not(answer)}
-                memo[n] = None
-                for m in _counts_above(n):
-                    if (above := ask(m))["candidates"]:
-                        memo[n] = (m, above, gap)
-                        break
-        return memo[n]
-
-    nodes, found = 8, None
-    for _ in range(6):
-        if (res := resolve(nodes)) is None:
-            break
-        found = res
-        at, answer, _gap = res
-        # GPUs from the predicted tokens/s/GPU (the MFU counts 6N + 12·L·h·s FLOPs per token, not 6N)
-        tps = answer["candidates"][0]["predicted"]["tokens_per_sec_per_gpu"]
-        need = max(1, math.ceil(n_tokens / (tps * days * SECONDS_PER_DAY) / gpus_per_node - 1e-9))
-        # converged: the count it asks for is predicted at this very count (it, or the nearest above it
-        # where a configuration can be proposed)
-        nxt = resolve(need)
-        if nxt is None:
-            break
-        if nxt[0] == at:
-            found = nxt  # the same prediction, with why the count asked for could not be proposed
-            break
-        nodes = need
+    search = _NodeSearch(session, n_params, gpu_type, gpus_per_node, precision, shape)
+    found = search.converge(n_tokens, days)
     if found is None:
         raise BadRequest("the throughput model cannot predict an MFU for this target (no recorded runs to fit "
                          "it on, or no configuration fits): pass mfu (e.g. 0.35)",
@@ -149,6 +96,83 @@ def model_mfu(session: Session, n_params: int, n_tokens: int, days: float, gpu_t
     return float(top["predicted"]["mfu"]), run, source
 
 
+#: (the node count an MFU is predicted at, its /recommend answer, why the count asked for could not be
+#: proposed: {"nodes", "reason"}, None when it could)
+_Resolved = tuple[int, dict[str, Any], dict[str, Any] | None]
+
+
+class _NodeSearch:
+    """model_mfu's fixed-point search over node counts: each count asked for is looked up once
+    (recommend with k=1 for the planned target)."""
+
+    def __init__(self, session: Session, n_params: int, gpu_type: str | None, gpus_per_node: int,
+                 precision: str | None, shape: dict[str, Any] | None) -> None:
+        self.session, self.n_params, self.gpu_type = session, n_params, gpu_type
+        self.gpus_per_node, self.precision, self.shape = gpus_per_node, precision, shape
+        # node count asked for → what it resolves to, or None (nothing can be proposed there nor above)
+        self.memo: dict[int, _Resolved | None] = {}
+
+    def ask(self, n: int) -> dict[str, Any]:
+        """recommend's answer (k=1) at n nodes; BadRequest asking for an MFU when nothing can be predicted."""
+        from service.analytics import recommend as rec
+
+        try:
+            return rec.recommend(self.session, rec.Target(model_params=self.n_params, nodes=n,
+                                                          gpus_per_node=self.gpus_per_node, gpu_type=self.gpu_type,
+                                                          precision=self.precision, **(self.shape or {})), k=1)
+        except BadRequest as exc:
+            raise BadRequest(f"no MFU to plan with: {exc.message}; pass mfu (e.g. 0.35)",
+                             [{"field": "mfu", "value": None, "message": "required: nothing to predict from"}]) from exc
+
+    @staticmethod
+    def why_not(answer: dict[str, Any]) -> str:
+        c = answer["counts"]
+        if not c.get("layouts"):
+            return (f"no layout hits the {answer['target']['global_batch_tokens']:,}-token global batch "
+                    "exactly")
+        return "no layout is predicted to fit in memory"
+
+    def resolve(self, n: int) -> _Resolved | None:
+        """n nodes, or the first count above it (_counts_above) where a configuration can be proposed."""
+        if n not in self.memo:
+            answer = self.ask(n)
+            if answer["candidates"]:
+                self.memo[n] = (n, answer, None)
+            elif answer["target"].get("global_batch_tokens") is None:
+                self.memo[n] = None  # nothing recorded to complete the target from: no other count does better
+            else:
+                gap = {"nodes": n, "reason": self.why_not(answer)}
+                self.memo[n] = None
+                for m in _counts_above(n):
+                    if (above := self.ask(m))["candidates"]:
+                        self.memo[n] = (m, above, gap)
+                        break
+        return self.memo[n]
+
+    def converge(self, n_tokens: int, days: float) -> _Resolved | None:
+        """From 8 nodes: the MFU at n nodes → the nodes it needs for `n_tokens` in `days` → ..., until
+        the count asked for resolves to the count it was predicted at (at most 6 rounds)."""
+        nodes, found = 8, None
+        for _ in range(6):
+            if (res := self.resolve(nodes)) is None:
+                break
+            found = res
+            at, answer, _gap = res
+            # GPUs from the predicted tokens/s/GPU (the MFU counts 6N + 12·L·h·s FLOPs per token, not 6N)
+            tps = answer["candidates"][0]["predicted"]["tokens_per_sec_per_gpu"]
+            need = max(1, math.ceil(n_tokens / (tps * days * SECONDS_PER_DAY) / self.gpus_per_node - 1e-9))
+            # converged: the count it asks for is predicted at this very count (it, or the nearest above it
+            # where a configuration can be proposed)
+            nxt = self.resolve(need)
+            if nxt is None:
+                break
+            if nxt[0] == at:
+                found = nxt  # the same prediction, with why the count asked for could not be proposed
+                break
+            nodes = need
+        return found
+
+
 def plan(session: Session, *, model_params: str | int, tokens: str | int | float, days: float,
          gpu_type: str | None = None, mfu: float | None = None, peak_tflops: float | None = None,
          gpus_per_node: int = 8, precision: str | None = None, shape: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -170,17 +194,7 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
     """
     n_params = parse_model_params(model_params)
     n_tokens = parse_tokens(tokens)
-    if not (isinstance(days, (int, float)) and math.isfinite(days) and days > 0):
-        raise BadRequest("days must be > 0", [{"field": "days", "value": days, "message": "must be > 0"}])
-    if mfu is not None and not (0 < mfu <= 1):
-        raise BadRequest("mfu is a fraction in (0, 1] (30 % → 0.30)",
-                         [{"field": "mfu", "value": mfu, "message": "must be in (0, 1]"}])
-    if peak_tflops is not None and not (math.isfinite(peak_tflops) and peak_tflops > 0):
-        raise BadRequest("peak_tflops must be > 0", [{"field": "peak_tflops", "value": peak_tflops,
-                                                      "message": "must be > 0"}])
-    if gpus_per_node < 1:
-        raise BadRequest("gpus_per_node must be >= 1", [{"field": "gpus_per_node", "value": gpus_per_node,
-                                                         "message": "must be >= 1"}])
+    _check_ranges(days, mfu, peak_tflops, gpus_per_node)
     size_class = model_size_class(n_params)
     notes: list[str] = []
     canonical_gpu = hardware.canonical_gpu_type(gpu_type) if gpu_type else None
@@ -208,19 +222,7 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
             precision = predicted_in
 
     precision = precision or "bf16"
-    if peak_tflops is not None:
-        peak_source = "given"
-    else:
-        acc = hardware.lookup(canonical_gpu)
-        if acc is None:
-            raise BadRequest("pass gpu_type (a catalog entry) or peak_tflops to know the peak FLOP/s",
-                             [{"field": "gpu_type", "value": gpu_type, "message": "needed for the peak"}])
-        peak_tflops = hardware.peak_tflops(acc.name, precision)
-        if peak_tflops is None:
-            raise BadRequest(f"the catalog has no {precision} peak for {acc.name}: pass another precision or "
-                             "peak_tflops", [{"field": "precision", "value": precision,
-                                              "message": f"no {acc.name} peak at this precision"}])
-        peak_source = f"catalog: {acc.name} {hardware.canonical_precision(precision)} dense ({acc.source})"
+    peak_tflops, peak_source = _peak(canonical_gpu, gpu_type, precision, peak_tflops)
 
     seconds = days * SECONDS_PER_DAY
     # the FLOPs the MFU is a fraction of: 6·N per token for a given MFU (Kaplan et al. 2020, C ≈ 6·N·D);
@@ -254,6 +256,39 @@ def plan(session: Session, *, model_params: str | int, tokens: str | int | float
         if mfu_run.get("fit_reason"):
             notes.append(f"throughput model: {mfu_run['fit_reason']}")
     return result
+
+
+def _check_ranges(days: float, mfu: float | None, peak_tflops: float | None, gpus_per_node: int) -> None:
+    """BadRequest naming the first of plan's numeric inputs out of its range."""
+    if not (isinstance(days, (int, float)) and math.isfinite(days) and days > 0):
+        raise BadRequest("days must be > 0", [{"field": "days", "value": days, "message": "must be > 0"}])
+    if mfu is not None and not (0 < mfu <= 1):
+        raise BadRequest("mfu is a fraction in (0, 1] (30 % → 0.30)",
+                         [{"field": "mfu", "value": mfu, "message": "must be in (0, 1]"}])
+    if peak_tflops is not None and not (math.isfinite(peak_tflops) and peak_tflops > 0):
+        raise BadRequest("peak_tflops must be > 0", [{"field": "peak_tflops", "value": peak_tflops,
+                                                      "message": "must be > 0"}])
+    if gpus_per_node < 1:
+        raise BadRequest("gpus_per_node must be >= 1", [{"field": "gpus_per_node", "value": gpus_per_node,
+                                                         "message": "must be >= 1"}])
+
+
+def _peak(canonical_gpu: str | None, gpu_type: str | None, precision: str,
+          peak_tflops: float | None) -> tuple[float, str]:
+    """(dense peak TFLOP/s per GPU, where from): the one given, else the catalog's for the GPU at
+    `precision`. BadRequest when the catalog has neither the GPU nor its peak at that precision."""
+    if peak_tflops is not None:
+        return peak_tflops, "given"
+    acc = hardware.lookup(canonical_gpu)
+    if acc is None:
+        raise BadRequest("pass gpu_type (a catalog entry) or peak_tflops to know the peak FLOP/s",
+                         [{"field": "gpu_type", "value": gpu_type, "message": "needed for the peak"}])
+    peak = hardware.peak_tflops(acc.name, precision)
+    if peak is None:
+        raise BadRequest(f"the catalog has no {precision} peak for {acc.name}: pass another precision or "
+                         "peak_tflops", [{"field": "precision", "value": precision,
+                                          "message": f"no {acc.name} peak at this precision"}])
+    return peak, f"catalog: {acc.name} {hardware.canonical_precision(precision)} dense ({acc.source})"
 
 
 def _counts_above(nodes: int, tries: int = 8) -> list[int]:

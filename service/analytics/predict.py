@@ -36,13 +36,42 @@ from core.model import params_from_dims, resolve_shape
 from service.analytics import recommend as rec
 from service.analytics.anchor import SUPPORT_DISTANCE
 from service.analytics.memory import estimate_memory
-from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, names_family
+from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value, names_family
 from service.analytics.target import CompletedTarget, parse_model_params
 from service.derive import complete
 from service.errors import ValidationFailed
 
 #: configuration fields a request may leave out, and what they are then taken as (said in the notes)
 DEFAULTS = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "zero_stage": 0, "micro_batch_size": 1, "recompute": "none"}
+
+
+#: defaulted fields under which a recorded run of the same layout is pointed out (they change memory
+#: and a little throughput, not the layout a user means when leaving them out)
+_FREE_WHEN_UNSAID = ("zero_stage", "recompute")
+
+
+def _ran_with_other_defaults(cfg: dict[str, Any], ctx: CompletedTarget, rows: list[dict[str, Any]],
+                             body: dict[str, Any]) -> list[str]:
+    """When the question left out the ZeRO stage or the recompute (taken as DEFAULTS) and this layout
+    ran on the target with another value, a note naming the best such run: "DP8 TP4 PP2 … not run
+    with ZeRO-0" should not read as "nobody ran this layout" when run #1268 ran it with ZeRO-1."""
+    free = [f for f in _FREE_WHEN_UNSAID if body.get(f) is None]
+    if not free:
+        return []
+    fixed = [f for f in CONFIG_FIELDS if f not in free]
+    hits = [r for r in rows
+            if r["model_size_class"] == ctx.size_class and r["nodes"] == ctx.nodes and r["gpu_type"] == ctx.gpu_type
+            and r["seq_len"] == ctx.seq_len and r["gpus_per_node"] in (None, ctx.gpus_per_node)
+            and all(config_value(r, f) == cfg[f] for f in fixed)
+            and any(config_value(r, f) != cfg[f] for f in free)]
+    if not hits:
+        return []
+    best = max(hits, key=lambda r: (r["tokens_per_sec_per_gpu"] or 0.0, -r["first_id"]))
+    other = ", ".join(f"{f}={config_value(best, f)}" for f in free if config_value(best, f) != cfg[f])
+    return [f"this layout ran on the target with {other} (not given here, so taken as "
+            f"{', '.join(f'{f}={cfg[f]}' for f in free)}): run #{best['first_id']}, "
+            f"{best['tokens_per_sec_per_gpu']:,.0f} tokens/s per GPU ({best['framework']}, {best['precision']}); "
+            f"pass {', '.join(f'{f}={config_value(best, f)}' for f in free)} to see it as measured"]
 
 
 def _fail(field: str, value: Any, message: str) -> ValidationFailed:
@@ -151,6 +180,40 @@ def extrapolation(prep: rec.Prepared, item: rec.Scored) -> list[str]:
     return why
 
 
+def _model_params(body: dict[str, Any], size_text: str | None, notes: list[str]) -> int:
+    """The parameter count to predict for: model_params, else the size text (stored back into
+    `body`), else the count from the dims (said in `notes`); ValidationFailed when none is given."""
+    params = body.get("model_params")
+    if params is None and size_text is not None:
+        params = body["model_params"] = parse_model_params(size_text)
+    if params is None:
+        params = params_from_dims(body)
+        if params is None:
+            raise _fail("model_params", None, "give model_params or the dims (num_layers, hidden_size, num_heads, "
+                                              "vocab_size ...)")
+        notes.append(f"model_params {params:,} from the dims given")
+    return params
+
+
+def _record_notes(ctx: CompletedTarget, mem: Any, exact: dict[str, Any] | None,
+                  oom: dict[str, Any] | None) -> list[str]:
+    """What the records say beside the models: the configuration ran on the target although the
+    memory model says it does not fit (the record wins), a recorded OOM implies it does not fit, or
+    it was measured in another framework or precision."""
+    notes = []
+    if exact is not None and mem.fits is False:
+        notes.append(f"the memory model predicts {mem.predicted_peak_memory_gib:.1f} GiB, more than the "
+                     f"{mem.usable_memory_gib:.1f} GiB usable, yet this configuration ran on the target (run "
+                     f"#{exact['first_id']}): the models disagree with the record, and the record wins")
+    if oom is not None:
+        notes.append(f"a recorded OOM (run #{oom['run_id']}: same TP/PP/CP, no more sharding, no smaller "
+                     "micro-batch, no stronger recompute) implies it does not fit")
+    if exact is not None and (exact["framework"], exact["precision"]) != (ctx.framework, ctx.precision):
+        notes.append(f"measured in {exact['framework']} / {exact['precision']}, predicted for {ctx.framework} / "
+                     f"{ctx.precision}")
+    return notes
+
+
 def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     """Prediction for one configuration (module docstring).
 
@@ -174,15 +237,7 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     notes: list[str] = []
     size_text = body.pop("model_params_text", None)
     dims = {f: body.get(f) for f in DIM_FIELDS}
-    params = body.get("model_params")
-    if params is None and size_text is not None:
-        params = body["model_params"] = parse_model_params(size_text)
-    if params is None:
-        params = params_from_dims(body)
-        if params is None:
-            raise _fail("model_params", None, "give model_params or the dims (num_layers, hidden_size, num_heads, "
-                                              "vocab_size ...)")
-        notes.append(f"model_params {params:,} from the dims given")
+    params = _model_params(body, size_text, notes)
     row = _check_record(body, notes)
     target = rec.Target(model_params=int(params), nodes=row["nodes"], gpus_per_node=row["gpus_per_node"],
                         gpu_type=body.get("gpu_type"), seq_len=body.get("seq_len"), **dims,
@@ -213,16 +268,9 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     answer["memory"].update(usable_memory_gib=mem.usable_memory_gib, peak_stage=mem.peak_stage,
                             breakdown_gib=mem.breakdown,
                             recorded_oom_run_id=oom["run_id"] if oom is not None else None)
-    if exact is not None and mem.fits is False:
-        notes.append(f"the memory model predicts {mem.predicted_peak_memory_gib:.1f} GiB, more than the "
-                     f"{mem.usable_memory_gib:.1f} GiB usable, yet this configuration ran on the target (run "
-                     f"#{exact['first_id']}): the models disagree with the record, and the record wins")
-    if oom is not None:
-        notes.append(f"a recorded OOM (run #{oom['run_id']}: same TP/PP/CP, no more sharding, no smaller "
-                     "micro-batch, no stronger recompute) implies it does not fit")
-    if exact is not None and (exact["framework"], exact["precision"]) != (ctx.framework, ctx.precision):
-        notes.append(f"measured in {exact['framework']} / {exact['precision']}, predicted for {ctx.framework} / "
-                     f"{ctx.precision}")
+    notes += _record_notes(ctx, mem, exact, oom)
+    if exact is None:
+        notes += _ran_with_other_defaults(cfg, ctx, prep.rows, body)
     why = extrapolation(prep, item)
     model = {**prep.fit.describe(), "extrapolates": bool(why), "extrapolation": why}
     # the model's step-time terms carried to the anchored step time (the evidence's correction scales

@@ -44,6 +44,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from core.model import model_size_class
+from core.record import HOST_MEMORY_OOM_CLASSES
 from service.analytics import on_target
 from service.analytics import throughput as th
 from service.analytics.anchor import SUPPORT_DISTANCE, Anchors, interval_halves
@@ -74,14 +75,18 @@ WORKED_NODES_SLACK = math.log(2) + 1e-9
 def _oom_rows(session: Session, ctx: CompletedTarget) -> list[dict[str, Any]]:
     """Recorded OOMs (not retired) that can veto a candidate for the completed target `ctx`: those
     of its GPU type, size class and seq_len (the equalities oom_implied checks first), one row per
-    distinct configuration. (On PostgreSQL a range of ix_runs_oom, whose key starts with those.)"""
+    distinct configuration. (On PostgreSQL a range of ix_runs_oom, whose key starts with those.)
+    A host-memory OOM (core.record.HOST_MEMORY_OOM_CLASSES: the kernel's or cgroup's OOM killer) is
+    left out: it says nothing about whether the layout fits in GPU memory; an OOM with no
+    error_class still counts (GPU OOMs were recorded without one before the taxonomy had classes)."""
     cols = [Run.gpu_type, Run.model_size_class, Run.seq_len, Run.dp, Run.tp, Run.pp, Run.cp, Run.zero_stage,
             Run.micro_batch_size, Run.recompute]
     same = [col.is_(None) if value is None else col == value
             for col, value in ((Run.gpu_type, ctx.gpu_type), (Run.model_size_class, ctx.size_class),
                                (Run.seq_len, ctx.seq_len))]
     query = sa.select(*cols, sa.func.min(Run.id).label("run_id")).where(
-        Run.status == "oom", Run.retired_at.is_(None), *same).group_by(*cols)
+        Run.status == "oom", Run.retired_at.is_(None), *same,
+        sa.or_(Run.error_class.is_(None), Run.error_class.not_in(sorted(HOST_MEMORY_OOM_CLASSES)))).group_by(*cols)
     result = session.execute(query)
     keys = list(result.keys())  # (row._mapping builds the key list again for every row)
     return [dict(zip(keys, r)) for r in result]

@@ -174,13 +174,7 @@ def scaling(session: Session, size_class: float, *, gpu_type: str | None = None,
         gpu_type = hardware.canonical_gpu_type(gpu_type) or gpu_type
     gpu_type, seq_len = _pick_slice(session, gpu_type, seq_len or None, conds, notes)
 
-    ranked = sa.select(
-        Run.id, sa.func.row_number().over(partition_by=Run.nodes,
-                                          order_by=best_order(value, sa.func.coalesce(Run.mfu_derived, Run.mfu),
-                                                              Run.id)).label("rank"),
-    ).where(*conds).subquery()
-    best = list(session.scalars(sa.select(Run).where(Run.id.in_(sa.select(ranked.c.id).where(ranked.c.rank == 1)))
-                                .order_by(Run.nodes)))
+    best = _best_per_node(session, conds, value)
     if not best:
         raise NotFound(f"no successful run of model size class {size_class:g}B"
                        f"{' on ' + gpu_type if gpu_type else ''}{f' at seq_len {seq_len}' if seq_len else ''} "
@@ -188,7 +182,28 @@ def scaling(session: Session, size_class: float, *, gpu_type: str | None = None,
     if len({r.gpus_per_node for r in best}) > 1:
         notes.append("the best runs use different GPUs per node; speedups follow nodes as asked, "
                      "efficiencies compare per-GPU values")
+    points = _points(best, metric, notes)
+    amdahl, reason = _amdahl(points, best[0], notes)
+    return {"model_size_class": size_class, "metric": metric, "gpu_type": gpu_type, "seq_len": seq_len,
+            "points": points, "amdahl": amdahl, "amdahl_reason": reason, "notes": notes}
 
+
+def _best_per_node(session: Session, conds: list, value: Any) -> list[Run]:
+    """The best run (core.rules' order: `value`, then MFU, then the lower id) per node count among
+    the runs `conds` select, fewest nodes first."""
+    ranked = sa.select(
+        Run.id, sa.func.row_number().over(partition_by=Run.nodes,
+                                          order_by=best_order(value, sa.func.coalesce(Run.mfu_derived, Run.mfu),
+                                                              Run.id)).label("rank"),
+    ).where(*conds).subquery()
+    return list(session.scalars(sa.select(Run).where(Run.id.in_(sa.select(ranked.c.id).where(ranked.c.rank == 1)))
+                                .order_by(Run.nodes)))
+
+
+def _points(best: list[Run], metric: str, notes: list[str]) -> list[dict[str, Any]]:
+    """One curve point per best run (scaling's "points"): per-GPU and aggregate throughput, MFU, the
+    metric, efficiency and speedup against the first (smallest) node count. A run whose GPU count is
+    unknown gets no speedup, said in `notes`."""
     def metric_of(run: Run) -> float:
         value = (run.tokens_per_sec_per_gpu if metric == "tokens_per_sec_per_gpu"
                  else run.mfu_derived if run.mfu_derived is not None else run.mfu)
@@ -206,8 +221,6 @@ def scaling(session: Session, size_class: float, *, gpu_type: str | None = None,
         return None
 
     base = best[0]
-    base_nodes = base.nodes
-    assert base_nodes is not None
     base_world = world_of(base)
     base_agg = metric_of(base) * base_world if base_world else None
     points: list[dict[str, Any]] = []
@@ -224,29 +237,33 @@ def scaling(session: Session, size_class: float, *, gpu_type: str | None = None,
             "best_run_id": run.id,
             "config": {f: getattr(run, f) for f in CONFIG_FIELDS},
         })
+    return points
 
-    amdahl, reason = None, None
+
+def _amdahl(points: list[dict[str, Any]], base: Run, notes: list[str]) -> tuple[dict[str, Any] | None, str | None]:
+    """(scaling's "amdahl" object, or None and the reason): fit_amdahl on the points with a speedup,
+    resources relative to the base run's node count; what the fit cannot say is added to `notes`."""
+    base_nodes = base.nodes
+    assert base_nodes is not None
     usable = [p for p in points if p["speedup"] is not None]
     if len(usable) < 2:
-        reason = (f"only {len(usable)} node count measured ({base.nodes}); Amdahl's law needs at least two"
-                  if usable else "no usable points")
-    else:
-        fit = fit_amdahl([p["nodes"] / base_nodes for p in usable], [p["speedup"] for p in usable])
-        s = fit["serial_fraction"]
-        amdahl = {
-            "serial_fraction": s, "serial_fraction_stderr": fit["serial_fraction_stderr"], "r2": fit["r2"],
-            "max_speedup": fit["max_speedup"],
-            "nodes_at_50pct_efficiency": base.nodes * fit["n_rel_at_50pct_efficiency"] if s > 0 else None,
-            "n_points": fit["n_points"], "base_nodes": base.nodes,
-            "method": "least squares on speedup vs nodes/base_nodes, s bounded to [0, 1] (Amdahl 1967)",
-        }
-        if fit["serial_fraction_stderr"] is None:
-            notes.append("two node counts determine s exactly: no standard error (measure a third)")
-        if s <= 0:
-            notes.append("superlinear or perfectly linear scaling measured: serial fraction at its bound 0, "
-                         "no limit in sight within the measured range")
-    return {"model_size_class": size_class, "metric": metric, "gpu_type": gpu_type, "seq_len": seq_len,
-            "points": points, "amdahl": amdahl, "amdahl_reason": reason, "notes": notes}
+        return None, (f"only {len(usable)} node count measured ({base.nodes}); Amdahl's law needs at least two"
+                      if usable else "no usable points")
+    fit = fit_amdahl([p["nodes"] / base_nodes for p in usable], [p["speedup"] for p in usable])
+    s = fit["serial_fraction"]
+    amdahl = {
+        "serial_fraction": s, "serial_fraction_stderr": fit["serial_fraction_stderr"], "r2": fit["r2"],
+        "max_speedup": fit["max_speedup"],
+        "nodes_at_50pct_efficiency": base_nodes * fit["n_rel_at_50pct_efficiency"] if s > 0 else None,
+        "n_points": fit["n_points"], "base_nodes": base_nodes,
+        "method": "least squares on speedup vs nodes/base_nodes, s bounded to [0, 1] (Amdahl 1967)",
+    }
+    if fit["serial_fraction_stderr"] is None:
+        notes.append("two node counts determine s exactly: no standard error (measure a third)")
+    if s <= 0:
+        notes.append("superlinear or perfectly linear scaling measured: serial fraction at its bound 0, "
+                     "no limit in sight within the measured range")
+    return amdahl, None
 
 
 def predicted_efficiency(fit: dict[str, Any], nodes: float) -> float | None:

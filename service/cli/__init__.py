@@ -4,11 +4,13 @@ registering itself on `app` (or adding a sub-app), so no module grows into a god
 from __future__ import annotations
 
 from service.cli import (  # noqa: F401  (register the commands)
+    agent_cmds,
     analysis_cmds,
     analytics,
     db,
     imports,
     ingest_cmds,
+    live_cmds,
     model_cmds,
     ops,
     predict_cmds,

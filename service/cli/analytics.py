@@ -63,8 +63,10 @@ def family_filter(cells: list[dict], model: str) -> list[dict]:
         fam: str | None = family_named(model).label.lower()
     except ValueError:
         fam = None
-    return [c for c in cells if c["family"].lower() == wanted
-            or (fam is not None and c["family"].partition(MOE_MARK)[0].lower() == fam)]
+    def base(c: dict) -> str:  # the row label without its MoE mark: "30–34B MoE (A3B)" → "30–34b"
+        return str(c["family"]).partition(MOE_MARK)[0].lower()
+
+    return [c for c in cells if c["family"].lower() == wanted or base(c) in (wanted, fam)]
 
 
 @app.command()

@@ -431,17 +431,7 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
     n_batched = n - n_single
     try:
         t0 = time.perf_counter()
-        templates = load_templates()
-        runs = generate_runs(n, seed, templates=templates, prefix=f"bench{seed}" if database is None else
-                             f"bench-{uuid.uuid4().hex[:8]}")
-        payloads = []
-        for start in range(0, n_batched, BATCH):
-            batch = [next(runs) for _ in range(min(BATCH, n_batched - start))]
-            payloads.append(json.dumps({"runs": batch}).encode())
-        singles = [json.dumps(r).encode() for r in runs]
-        after = f"bench{seed}-after" if database is None else f"bench-{uuid.uuid4().hex[:8]}-after"
-        interleaved = [json.dumps(r).encode() for r in generate_runs(3 * AFTER_POST_CALLS, seed + 1, prefix=after,
-                                                                     templates=templates)]
+        payloads, singles, interleaved = _generate(n, n_batched, seed, fresh=database is None)
         generate_s = time.perf_counter() - t0
         log(f"generated {n} runs in {generate_s:.1f}s; starting scalebook serve on {backend}")
         with Server(url, workdir / "serve.log") as server:
@@ -455,49 +445,21 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
             if backend == "postgres":
                 _vacuum_analyze(url)
             with httpx.Client(base_url=server.base, timeout=120) as client:
-                lat = []
-                for body in _tracked(singles, progress, "single POSTs"):
-                    t1 = time.perf_counter()
-                    resp = client.post("/api/v1/runs", content=body, headers=_POST_HEADERS)
-                    lat.append((time.perf_counter() - t1) * 1000)
-                    if resp.status_code != 201:
-                        raise BenchError(f"single POST -> HTTP {resp.status_code}: {resp.text[:500]}")
-                log(f"single POST: p50 {_percentile(lat, 0.5):.2f} ms, p99 {_percentile(lat, 0.99):.2f} ms")
-                heat_first, heat_ms, heat = _median_ms(client, "/api/v1/heatmap", {}, query_calls)
-                target = {"model_params": "8B", "nodes": 8, "gpus_per_node": 8}
-                rec_first, rec_ms, rec = _median_ms(client, "/api/v1/recommend", target, query_calls)
-                sug_first, sug_ms, _ = _median_ms(client, "/api/v1/suggest", target, query_calls)
-                log(f"heatmap {heat_ms:.1f} ms ({len(heat['cells'])} cells; first call {heat_first:.1f}); "
-                    f"recommend {rec_ms:.1f} ms (first call {rec_first:.1f}); "
-                    f"suggest {sug_ms:.1f} ms (first call {sug_first:.1f})")
-                stored = client.get("/api/v1/health").json()["runs"]
-                n_after = AFTER_POST_CALLS
-                heat_after = _after_post_ms(client, interleaved[:n_after], "/api/v1/heatmap", {})
-                rec_after = _after_post_ms(client, interleaved[n_after:2 * n_after], "/api/v1/recommend", target)
-                sug_after = _after_post_ms(client, interleaved[2 * n_after:], "/api/v1/suggest", target)
-                log(f"right after a one-run POST: heatmap {heat_after:.1f} ms, recommend {rec_after:.1f} ms, "
-                    f"suggest {sug_after:.1f} ms")
+                lat = _single_posts(client, singles, progress, log)
+                timed = _queries(client, interleaved, query_calls, log)
         return {
             "backend": backend,
-            "stored_runs": stored,
+            "stored_runs": timed.pop("stored_runs"),
             "ingest_batch_runs_per_s": round(rate, 1) if database is None else None,
             "ingest_single_post_p50_ms": round(_percentile(lat, 0.5), 3) if lat else None,
             "ingest_single_post_p99_ms": round(_percentile(lat, 0.99), 3) if lat else None,
-            "heatmap_ms": round(heat_ms, 3),
-            "recommend_ms": round(rec_ms, 3),
-            "heatmap_first_ms": round(heat_first, 3),
-            "recommend_first_ms": round(rec_first, 3),
-            "heatmap_after_post_ms": round(heat_after, 3),
-            "recommend_after_post_ms": round(rec_after, 3),
-            "suggest_ms": round(sug_ms, 3),
-            "suggest_first_ms": round(sug_first, 3),
-            "suggest_after_post_ms": round(sug_after, 3),
+            **{k: round(v, 3) for k, v in timed.items() if k.endswith("_ms")},
             "runs": n,
             "batched_runs": n_batched,
             "single_posts": n_single,
-            "heatmap_cells": len(heat["cells"]),
-            "recommend_target": target,
-            "recommend_candidates": len(rec["candidates"]),
+            "heatmap_cells": timed["heatmap_cells"],
+            "recommend_target": timed["recommend_target"],
+            "recommend_candidates": timed["recommend_candidates"],
             "generate_s": round(generate_s, 1),
             "machine": machine(),
             "database": url if keep or database is not None else None,
@@ -506,6 +468,64 @@ def run_bench(n: int, backend: str = "duckdb", *, keep: bool = False,
         if not keep:
             drop()
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _generate(n: int, n_batched: int, seed: int, *, fresh: bool) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """The request bodies: `n_batched` runs in batches of BATCH, the rest of the `n` as single POSTs,
+    and 3 × AFTER_POST_CALLS single runs for the after-POST timings. Run keys carry the seed in a
+    fresh database, a random tag in an existing one."""
+    templates = load_templates()
+    runs = generate_runs(n, seed, templates=templates, prefix=f"bench{seed}" if fresh else
+                         f"bench-{uuid.uuid4().hex[:8]}")
+    payloads = []
+    for start in range(0, n_batched, BATCH):
+        batch = [next(runs) for _ in range(min(BATCH, n_batched - start))]
+        payloads.append(json.dumps({"runs": batch}).encode())
+    singles = [json.dumps(r).encode() for r in runs]
+    after = f"bench{seed}-after" if fresh else f"bench-{uuid.uuid4().hex[:8]}-after"
+    interleaved = [json.dumps(r).encode() for r in generate_runs(3 * AFTER_POST_CALLS, seed + 1, prefix=after,
+                                                                 templates=templates)]
+    return payloads, singles, interleaved
+
+
+def _single_posts(client: httpx.Client, singles: list[bytes], progress: Callable[..., Any] | None,
+                  log: Callable[[str], None]) -> list[float]:
+    """POST each single run; their latencies (ms). BenchError on an answer other than 201."""
+    lat = []
+    for body in _tracked(singles, progress, "single POSTs"):
+        t1 = time.perf_counter()
+        resp = client.post("/api/v1/runs", content=body, headers=_POST_HEADERS)
+        lat.append((time.perf_counter() - t1) * 1000)
+        if resp.status_code != 201:
+            raise BenchError(f"single POST -> HTTP {resp.status_code}: {resp.text[:500]}")
+    log(f"single POST: p50 {_percentile(lat, 0.5):.2f} ms, p99 {_percentile(lat, 0.99):.2f} ms")
+    return lat
+
+
+def _queries(client: httpx.Client, interleaved: list[bytes], query_calls: int,
+             log: Callable[[str], None]) -> dict[str, Any]:
+    """The heatmap, recommend and suggest timings (median and first call, then right after a one-run
+    POST), the stored runs before the after-POST calls, and what the answers held."""
+    heat_first, heat_ms, heat = _median_ms(client, "/api/v1/heatmap", {}, query_calls)
+    target = {"model_params": "8B", "nodes": 8, "gpus_per_node": 8}
+    rec_first, rec_ms, rec = _median_ms(client, "/api/v1/recommend", target, query_calls)
+    sug_first, sug_ms, _ = _median_ms(client, "/api/v1/suggest", target, query_calls)
+    log(f"heatmap {heat_ms:.1f} ms ({len(heat['cells'])} cells; first call {heat_first:.1f}); "
+        f"recommend {rec_ms:.1f} ms (first call {rec_first:.1f}); "
+        f"suggest {sug_ms:.1f} ms (first call {sug_first:.1f})")
+    stored = client.get("/api/v1/health").json()["runs"]
+    n_after = AFTER_POST_CALLS
+    heat_after = _after_post_ms(client, interleaved[:n_after], "/api/v1/heatmap", {})
+    rec_after = _after_post_ms(client, interleaved[n_after:2 * n_after], "/api/v1/recommend", target)
+    sug_after = _after_post_ms(client, interleaved[2 * n_after:], "/api/v1/suggest", target)
+    log(f"right after a one-run POST: heatmap {heat_after:.1f} ms, recommend {rec_after:.1f} ms, "
+        f"suggest {sug_after:.1f} ms")
+    # (the result's key order: run_bench's)
+    return {"stored_runs": stored, "heatmap_ms": heat_ms, "recommend_ms": rec_ms, "heatmap_first_ms": heat_first,
+            "recommend_first_ms": rec_first, "heatmap_after_post_ms": heat_after,
+            "recommend_after_post_ms": rec_after, "suggest_ms": sug_ms, "suggest_first_ms": sug_first,
+            "suggest_after_post_ms": sug_after, "heatmap_cells": len(heat["cells"]), "recommend_target": target,
+            "recommend_candidates": len(rec["candidates"])}
 
 
 def _vacuum_analyze(url: str) -> None:

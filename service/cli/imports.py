@@ -320,8 +320,8 @@ def push(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSO
     origins: list[dict[str, Any]] = []
     lines, bad = read_json_records(file, text)
     for n, line, exc in bad:
-        summary.rejected.append({"line": n, "row": line, "reason": f"not JSON ({exc.msg} at column {exc.colno}): "
-                                                                   f"{line.strip()[:60]!r}"})
+        reason = f"not JSON ({json_error(exc)} at column {exc.colno}): {line.strip()[:60]!r}"
+        summary.rejected.append({"line": n, "row": line, "reason": reason})
     for line_no, item in lines:
         records.append(item)
         origins.append({"line": line_no, "row": item})
@@ -329,6 +329,12 @@ def push(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSO
     send_records(client(), records, origins, summary, quiet=quiet)
     write_rejects(summary, rejects)
     finish(summary, as_json)
+
+
+def json_error(exc: json.JSONDecodeError) -> str:
+    """The decoder's message without the trailing " at" some carry ("Invalid control character at"),
+    which the caller follows with its own "at line …" ("… at at line 1" before)."""
+    return exc.msg.removesuffix(" at")
 
 
 def read_json_records(file: Path, text: str) -> tuple[list[tuple[int | None, Any]],
@@ -349,7 +355,7 @@ def read_json_records(file: Path, text: str) -> tuple[list[tuple[int | None, Any
                 except json.JSONDecodeError as exc:
                     bad.append((n, line, exc))
         if not good:
-            fail(f"{file}: not JSON or JSONL ({whole.msg} at line {whole.lineno}, column {whole.colno}); push "
+            fail(f"{file}: not JSON or JSONL ({json_error(whole)} at line {whole.lineno}, column {whole.colno}); push "
                  "reads one JSON run record, a list of them, {\"runs\": [...]}, or one record per line; nothing sent")
         return good, bad
     items = doc["runs"] if isinstance(doc, dict) and "runs" in doc else doc if isinstance(doc, list) else [doc]

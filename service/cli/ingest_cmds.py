@@ -49,25 +49,34 @@ def sync(
     as_json: bool = _JSON,
     quiet: bool = QUIET,
 ) -> None:
-    """Replay runs the push client spooled while the API was unreachable (exactly once: run keys).
+    """Replay runs the push client spooled while the API was unreachable (exactly once: run keys), then
+    the live runs' spooled opens, step batches and finishes, in order (ingest/live.py).
 
     Exits 1 when runs remain in the spool (the API is still unreachable) or when the server
     rejected any (they are in the rejects file named above), like every importer."""
     from ingest.client import Client
+    from ingest.live import live_spool, sync_live
 
     client = Client(spool_dir=spool_dir, deadline_s=deadline, timeout_s=timeout)
     with progress(f"syncing {client.spool_path}", total=client.pending(), quiet=quiet) as bar:
         result = client.sync(progress=bar.update)
+    # then the live runs' opens, steps and finishes, in the order they were spooled
+    live = sync_live(client) if result.error is None else None
     if as_json:
-        print_json({**result.as_dict(), "spool": str(client.spool_path), "rejects_file": str(client.rejects_path)})
+        print_json({**result.as_dict(), "spool": str(client.spool_path), "rejects_file": str(client.rejects_path),
+                    "live": live.as_dict() if live else None, "live_spool": str(live_spool(client))})
     else:
         console.print(f"{client.spool_path}: replayed {result.replayed}, already present {result.already_present}, "
                       f"rejected {result.rejected}, remaining {result.remaining}")
-        if result.rejected:
+        if live is not None and (live.replayed or live.rejected or live.remaining):
+            console.print(f"{live_spool(client)}: live-run ops replayed {live.replayed}, rejected {live.rejected}, "
+                          f"remaining {live.remaining}")
+        if result.rejected or (live and live.rejected):
             console.print(f"  rejected runs and the server's reasons are in {client.rejects_path}")
-        if result.error:
-            console.print(f"  stopped: {result.error}")
-    if result.remaining or result.rejected:
+        for error in (result.error, live.error if live else None):
+            if error:
+                console.print(f"  stopped: {error}")
+    if result.remaining or result.rejected or live is None or live.remaining or live.rejected:
         raise typer.Exit(1)
 
 

@@ -172,3 +172,26 @@ def value(column: str, v: Any) -> str:
     if name == "id" or name.endswith("_id") or name in ("nodes", "dp", "tp", "pp", "cp", "ep", "zero_stage"):
         return str(v) if isinstance(v, int) else number(v)
     return number(v)
+
+
+#: the eight block heights of a sparkline, lowest first
+SPARK_BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float | None], width: int) -> str:
+    """`values` (a series in order; None = no value) as at most `width` block characters, lowest value ▁,
+    highest █: a longer series is cut into `width` consecutive buckets, each drawn at its mean; a
+    bucket without values is a space. "" for no values or width < 1."""
+    known = [v for v in values if v is not None and math.isfinite(v)]
+    if not known or width < 1:
+        return ""
+    n = len(values)
+    w = min(width, n)
+    buckets = [values[i * n // w:(i + 1) * n // w] for i in range(w)]
+    means = [(sum(b) / len(b)) if (b := [v for v in bucket if v is not None and math.isfinite(v)]) else None
+             for bucket in buckets]
+    lo, hi = min(known), max(known)
+    span = hi - lo
+    top = len(SPARK_BARS) - 1
+    return "".join(" " if m is None else SPARK_BARS[round((m - lo) / span * top) if span else top // 2]
+                   for m in means)

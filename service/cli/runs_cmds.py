@@ -25,7 +25,9 @@ ModelOpt = Annotated[str | None, typer.Option(
 ModelNameOpt = Annotated[str | None, typer.Option("--model-name", help="model_name, exactly as stored")]
 RunNodesOpt = Annotated[int | None, typer.Option("--nodes")]
 RunGpuOpt = Annotated[str | None, typer.Option("--gpu-type", help="H100, H100-SXM-80GB, ... (catalog aliases)")]
-StatusOpt = Annotated[str | None, typer.Option("--status", help="success | oom | nccl_error | timeout | failed")]
+StatusOpt = Annotated[str | None, typer.Option("--status", help="success | oom | nccl_error | timeout | failed | "
+                                                                "running | lost (open runs: a lost one stopped "
+                                                                "heartbeating)")]
 FrameworkOpt = Annotated[str | None, typer.Option("--framework")]
 SourceOpt = Annotated[str | None, typer.Option("--source", help="api, nanotron-csv, published-table, log, ...")]
 RetiredOpt = Annotated[bool | None, typer.Option(

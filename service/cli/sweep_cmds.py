@@ -1,5 +1,5 @@
 """`scalebook sweep create | show | list`: sweeps (POST/GET /api/v1/sweeps, issue 29) at 80 columns or
-as the API's JSON. The agent that runs a sweep's configurations is `scalebook agent` (planned: agent_cmds.py)."""
+as the API's JSON. The agent that runs a sweep's configurations is `scalebook agent` (ingest/agent.py)."""
 
 from __future__ import annotations
 
