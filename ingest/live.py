@@ -71,7 +71,8 @@ def _path(op: str, run_key: str) -> str:
 def call(client: Client, op: str, run_key: str, body: Any, deadline: float) -> tuple[str, int | None, Any]:
     """One live-run request with the push client's retries. `op`: "open" / "finish" (POST /runs with the
     record), "steps" (POST …/steps with {"steps": [...]}) or "heartbeat" (POST …/heartbeat with {}).
-    Returns ("ok", status, body), ("reject", status, body) for a 4xx about the request (409, 422, a 404
+    Returns ("ok", status, body) — also for an open answered 409 (the key is stored already: a sweep's lease
+    opened it, or it finished) — ("reject", status, body) for a 4xx about the request (409, 422, a 404
     naming the run: it was never opened), or ("down", status | None, reason) when `deadline`
     (time.monotonic()) passed or the client is misconfigured (401/403, a 404 that is not the API's)."""
     data = _dumps(body).encode()
@@ -102,6 +103,10 @@ def call(client: Client, op: str, run_key: str, body: Any, deadline: float) -> t
             ours = isinstance(answer, dict) and isinstance(answer.get("error"), dict)
             if status == 404 and ours and answer["error"].get("code") == "not_found":
                 return "reject", status, answer
+            if status == 409 and op == "open" and ours:
+                # a run is stored under this key already: opened by a sweep's lease (`scalebook agent` hands
+                # the job SCALEBOOK_RUN_KEY), or finished by an earlier attempt. The job carries on with it.
+                return "ok", status, answer
             if status in (401, 403, 404, 405):
                 return "down", status, f"HTTP {status}: {_error_message(answer)} (check SCALEBOOK_API_URL/TOKEN)"
             if 400 <= status < 500 and status not in (408, 429):
