@@ -63,6 +63,9 @@ def test_open_heartbeat_lost_and_back(client, database):
     assert sql.json()["rows"] == [["lost", 1]]
     aliased = client.post("/api/v1/sql", json={"query": "SELECT r.status FROM runs r WHERE r.status = 'lost'"})
     assert aliased.json()["rows"] == [["lost"]], aliased.text
+    star = client.post("/api/v1/sql", json={"query": "SELECT * FROM runs"}).json()
+    assert star["rows"][0][star["columns"].index("status")] == "lost"
+    assert client.post("/api/v1/sql", json={"query": "SELECT nodes FROM runs"}).json()["rows"] == [[2]]
 
     beat = client.post("/api/v1/runs/live-1/heartbeat", json={})
     assert beat.status_code == 200, beat.text

@@ -31,7 +31,7 @@ c = st.columns(3)
 if best:
     c[0].metric("Best so far, tok/s/GPU", f"{best['tokens_per_sec_per_gpu']:,.0f}")
     c[1].metric("Its MFU", pct(best.get("mfu")))
-    c[2].metric("Its configuration", best["label"])
+    c[2].markdown(f"Its configuration  \n**{best['label']}**  \nrun {best['id']}")
 else:
     c[0].metric("Best so far, tok/s/GPU", "—")
     st.caption("No successful run yet.")
