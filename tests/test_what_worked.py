@@ -206,5 +206,8 @@ def test_a_run_that_leaves_out_zero_and_recompute_is_not_called_a_disagreement()
     setting = {"zero_stage": 1 if "ZeRO-1" in mem["fits_with"] else 3 if "ZeRO-3" in mem["fits_with"] else None,
                "recompute": next((m for m in ("selective", "full") if m in mem["fits_with"]), None)}
     assert estimate_memory({**run, **{k: v for k, v in setting.items() if v is not None}}).fits is True
+    # without data parallelism ZeRO shards nothing: it is never the setting named
+    alone = memory_verdict({**run, "dp": 1, "nodes": 1, "gpus_per_node": 2})
+    assert alone is not None and "ZeRO" not in (alone["fits_with"] or "")
     stated = memory_verdict({**run, "zero_stage": 0, "recompute": "none"})
     assert stated is not None and stated["disagrees"] is True and stated["fits_with"] is None

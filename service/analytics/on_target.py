@@ -214,15 +214,17 @@ def memory_verdict(run: dict[str, Any]) -> dict[str, Any] | None:
 
 #: the memory-saving settings tried, least change first, for the fields a recorded run leaves out
 _SAVINGS = ((("zero_stage", 1),), (("recompute", "selective"),), (("zero_stage", 1), ("recompute", "selective")),
-            (("zero_stage", 1), ("recompute", "full")), (("zero_stage", 3), ("recompute", "full")))
+            (("recompute", "full"),), (("zero_stage", 1), ("recompute", "full")),
+            (("zero_stage", 3), ("recompute", "full")))
 
 
 def _fits_with(record: dict[str, Any]) -> str | None:
     """The least memory-saving setting of the fields `record` leaves out (ZeRO stage, recompute) under
     which the memory model says it fits, as text ("ZeRO-1, selective recompute"); None when no such
     setting fits (or the run records both fields): then the model truly disagrees with the record."""
+    sharded = (record.get("dp") or 1) * (record.get("cp") or 1) > 1  # ZeRO shards over DP·CP: nothing at 1
     for setting in _SAVINGS:
-        if any(record.get(f) is not None for f, _ in setting):
+        if any(record.get(f) is not None or (f == "zero_stage" and not sharded) for f, _ in setting):
             continue
         try:
             est = estimate_memory({**record, **dict(setting)})
