@@ -7,7 +7,7 @@ The runs stored so far (ids ≤ the current maximum: the "base") are copied with
 holds at least N runs; each copy k gets run_key `<run_key>~<k>` (unique) and a fresh id from the
 table's sequence (so later API writes keep drawing free ids), everything else as stored. Derived
 tables kept in the write transaction (run_configs) are rebuilt at the end
-(service/analytics/run_configs.rebuild), as `scalebook db rebuild-configs` does. PostgreSQL: VACUUM
+(service/run_configs.rebuild), as `scalebook db rebuild-configs` does. PostgreSQL: VACUUM
 ANALYZE runs afterwards (the state autovacuum reaches; `scalebook bench` does the same after its load).
 
 Usage:

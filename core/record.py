@@ -241,14 +241,16 @@ def parse_param_count(text: str | int | float) -> int:
 
 def get_field(run: Mapping[str, Any], key: str) -> Any:
     """run[key], else run["extra"][key] (extra may be a dict or its JSON text); NaN reads as None."""
-    found, extra = run.get(key), run.get("extra")
-    if isinstance(extra, str):
-        try:
-            extra = json.loads(extra)
-        except ValueError:
-            extra = None
-    if found is None and isinstance(extra, dict):
-        found = extra.get(key)
+    found = run.get(key)
+    if found is None:  # only then is extra read (and its JSON text parsed)
+        extra = run.get("extra")
+        if isinstance(extra, str):
+            try:
+                extra = json.loads(extra)
+            except ValueError:
+                extra = None
+        if isinstance(extra, dict):
+            found = extra.get(key)
     if isinstance(found, float) and math.isnan(found):
         return None
     return found

@@ -22,6 +22,7 @@ PAGES = [
     st.Page("app_pages/explore.py", title="Explore", icon=":material/scatter_plot:"),
     st.Page("app_pages/runs.py", title="Runs", icon=":material/table_rows:"),
     st.Page("app_pages/live.py", title="Live", icon=":material/monitor_heart:"),
+    st.Page("app_pages/sweeps.py", title="Sweeps", icon=":material/science:"),
     st.Page("app_pages/scaling.py", title="Scaling & planner", icon=":material/trending_up:"),
     st.Page("app_pages/failures.py", title="Failures", icon=":material/error:"),
     st.Page("app_pages/sql.py", title="SQL", icon=":material/database:"),

@@ -8,7 +8,8 @@ Loop: ask POST /api/v1/sweeps/{name}/next for a lease (the run is opened as `run
 run COMMAND with the placeholders {dp} {tp} {pp} {cp} {ep} {zero_stage} {micro_batch_size}
 {grad_accum_steps} {recompute} {nodes} {gpus_per_node} {seq_len} (and {run_key} {sweep}) filled, in a
 process group of its own, with SCALEBOOK_RUN_KEY, SCALEBOOK_SWEEP and SCALEBOOK_CONFIG (the opened run
-record as JSON) in its environment and its stdout and stderr captured to a log file; heartbeat the run
+record as JSON) in its environment (and SCALEBOOK_API_URL / SCALEBOOK_TOKEN: the agent's API) and its
+stdout and stderr captured to a log file; heartbeat the run
 every `heartbeat_s` while the command lives. Until the sweep answers 204 (done: the reason is printed)
 or `max_runs` leases were run.
 
@@ -190,8 +191,10 @@ class Agent:
         argv = fill(self.command, lease)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / (re.sub(r"[^A-Za-z0-9._-]", "_", lease["run_key"]) + ".log")
+        # the job pushes to the API the agent leased from (ingest.Client, the recorder, the integrations)
         env = {**os.environ, "SCALEBOOK_RUN_KEY": lease["run_key"], "SCALEBOOK_SWEEP": lease["sweep"],
-               "SCALEBOOK_CONFIG": json.dumps(lease["run"]), "PYTHONUNBUFFERED": "1"}
+               "SCALEBOOK_CONFIG": json.dumps(lease["run"]), "SCALEBOOK_API_URL": self.url, "PYTHONUNBUFFERED": "1",
+               **({"SCALEBOOK_TOKEN": self.token} if self.token else {})}
         self.say(f"{lease['run_key']} {lease['label']} (attempt {lease['attempt']}): {' '.join(argv)}; log {log_path}")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)

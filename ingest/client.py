@@ -349,54 +349,14 @@ class Client:
                     out.rejected.append((batch[0], status or 0, body))
 
     def _post(self, batch: list[dict], deadline: float, out: _Delivery) -> tuple[str, int | None, Any]:
-        """POST one batch with retries. Returns ("ok", status, body), ("reject", status, body) for a
-        bad-record 4xx, or ("down", status|None, reason) when the deadline passed or the client is
+        """POST one batch with retries (post_until). Returns ("ok", status, body), ("reject", status, body)
+        for a bad-record 4xx, or ("down", status|None, reason) when the deadline passed or the client is
         misconfigured (401/403/404/405)."""
-        data = _dumps({"runs": batch}).encode()
-        # return=minimal: the answer is {ids, created, existing}, not every stored run echoed back
-        headers = {"Content-Type": "application/json", "Accept": "application/json",
-                   "Prefer": "return=minimal", "User-Agent": "scalebook-client/0.1"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        attempt = 0
-        while True:
-            attempt += 1
+
+        def counted() -> None:
             out.attempts += 1
-            remaining = deadline - time.monotonic()
-            request = urllib.request.Request(f"{self.url}/api/v1/runs", data=data, headers=headers, method="POST")
-            retry_after = None
-            try:
-                with urllib.request.urlopen(request, timeout=max(0.05, min(self.timeout_s, remaining))) as resp:
-                    status, raw = resp.status, resp.read()
-                try:
-                    return "ok", status, json.loads(raw)
-                except ValueError:
-                    return "down", status, f"HTTP {status} with a non-JSON body from {self.url}: not a scalebook API?"
-            except urllib.error.HTTPError as exc:
-                status = exc.code
-                try:
-                    body = json.loads(exc.read() or b"null")
-                except (ValueError, OSError, http.client.HTTPException):
-                    body = {"error": {"code": "bad_response", "message": f"HTTP {status}", "details": []}}
-                if status in _HOLD:
-                    return "down", status, f"HTTP {status}: {_error_message(body)} (check SCALEBOOK_API_URL/TOKEN)"
-                if 400 <= status < 500 and status not in (408, 429):
-                    return "reject", status, body
-                reason = f"HTTP {status}: {_error_message(body)}"
-                retry_after = exc.headers.get("Retry-After") if exc.headers else None
-            except (OSError, http.client.HTTPException, ValueError) as exc:  # URLError, timeouts, resets
-                reason = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
-            now = time.monotonic()
-            if now >= deadline:
-                return "down", None, reason
-            delay = random.uniform(0.0, min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1)))
-            try:
-                delay = max(delay, float(retry_after)) if retry_after else delay
-            except ValueError:
-                pass
-            time.sleep(max(0.0, min(delay, deadline - now)))
-            if time.monotonic() >= deadline:
-                return "down", None, reason
+
+        return post_until(self, "/api/v1/runs", _dumps({"runs": batch}).encode(), deadline, on_attempt=counted)
 
     # ------------------------------------------------------------------ spool files
     @contextmanager
@@ -535,6 +495,71 @@ class Client:
                     pass
                 raise
             _fsync_dir(self.spool_dir)
+
+
+def post_until(client: Client, path: str, data: bytes, deadline: float, *,
+               user_agent: str = "scalebook-client/0.1",
+               special: Callable[[int, Any], tuple[str, int | None, Any] | None] | None = None,
+               on_attempt: Callable[[], None] | None = None) -> tuple[str, int | None, Any]:
+    """POST the JSON `data` to client.url + `path` until it is answered or `deadline` (time.monotonic())
+    passes: the one retry rule of every agent (the push client, live runs). Timeouts, resets, 408, 429
+    and 5xx are retried with full-jitter exponential backoff (AWS Architecture Blog, "Exponential Backoff
+    and Jitter", 2015), at least the server's Retry-After. Returns ("ok", status, body), ("reject",
+    status, body) for a 4xx about the request, or ("down", status | None, reason) when the deadline
+    passed or the client is misconfigured (401/403/404/405, a non-JSON answer). `special(status, body)`
+    (body: the error answer parsed, None if it was not JSON) may decide an HTTP error first;
+    `on_attempt()` is called before each try. Never raises for a network or HTTP failure."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json",
+               # return=minimal: the answer is the ids, not every stored run echoed back
+               "Prefer": "return=minimal", "User-Agent": user_agent}
+    if client.token:
+        headers["Authorization"] = f"Bearer {client.token}"
+    url = client.url + path
+    attempt = 0
+    while True:
+        attempt += 1
+        if on_attempt is not None:
+            on_attempt()
+        remaining = deadline - time.monotonic()
+        request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+        retry_after = None
+        try:
+            with urllib.request.urlopen(request, timeout=max(0.05, min(client.timeout_s, remaining))) as resp:
+                status, raw = resp.status, resp.read()
+            try:
+                return "ok", status, json.loads(raw or b"null")
+            except ValueError:
+                return "down", status, f"HTTP {status} with a non-JSON body from {client.url}: not a scalebook API?"
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+            try:
+                parsed = json.loads(exc.read() or b"null")
+            except (ValueError, OSError, http.client.HTTPException):
+                parsed = None
+            decided = special(status, parsed) if special is not None else None
+            if decided is not None:
+                return decided
+            body = parsed if parsed is not None else {
+                "error": {"code": "bad_response", "message": f"HTTP {status}", "details": []}}
+            if status in _HOLD:
+                return "down", status, f"HTTP {status}: {_error_message(body)} (check SCALEBOOK_API_URL/TOKEN)"
+            if 400 <= status < 500 and status not in (408, 429):
+                return "reject", status, body
+            reason = f"HTTP {status}: {_error_message(body)}"
+            retry_after = exc.headers.get("Retry-After") if exc.headers else None
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # URLError, timeouts, resets
+            reason = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+        now = time.monotonic()
+        if now >= deadline:
+            return "down", None, reason
+        delay = random.uniform(0.0, min(client.backoff_max_s, client.backoff_base_s * 2 ** (attempt - 1)))
+        try:
+            delay = max(delay, float(retry_after)) if retry_after else delay
+        except ValueError:
+            pass
+        time.sleep(max(0.0, min(delay, deadline - now)))
+        if time.monotonic() >= deadline:
+            return "down", None, reason
 
 
 def _error_message(body: Any) -> str:

@@ -55,12 +55,14 @@ XID_CODE = re.compile(
 # Xid codes NVIDIA's Xid catalog attributes to the application rather than the GPU (docstring, rule 3).
 XID_APPLICATION = {13: "unknown", 31: "cuda_illegal_memory_access", 43: "unknown", 45: "unknown"}
 # A logged metric that is NaN or inf: HF Trainer's dict ("{'loss': nan, 'grad_norm': nan, ...}"),
-# Megatron's iteration line ("lm loss: NAN | ... | grad norm: nan |"), torchtitan's "loss: nan". On its own
+# Megatron's iteration line ("lm loss: NAN | ... | grad norm: nan |"), torchtitan's "loss: nan", Lightning's
+# "train_loss=nan". On its own
 # such a line reads as divergence (classify_line); over a whole log it is not a root cause (classify_text
 # skips it): a framework may skip a non-finite step and recover, which only the series shows
 # (ingest/parsers/logs.py counts the non-finite steps and decides).
 NAN_METRIC = re.compile(
-    r"(?<![\w.])['\"]?(?:lm loss|loss|grad norm|grad_norm)['\"]?\s*[:=]\s*['\"]?(?:nan|[-+]?inf)\b", re.IGNORECASE
+    r"(?<![\w.])['\"]?(?:[a-z]+_)?(?:lm loss|loss|grad norm|grad_norm)['\"]?\s*[:=]\s*['\"]?(?:nan|[-+]?inf)\b",
+    re.IGNORECASE,
 )
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours (torchtitan, rich, ...)
 # Prefixes in front of the message: "[rank3]:", "[default0]:", "[1,0]<stderr>:", srun -l "12: ".

@@ -26,11 +26,9 @@
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import os
-import random
 import threading
 import time
 import urllib.error
@@ -42,7 +40,7 @@ from typing import Any
 
 from core.lifecycle import DEFAULT_HEARTBEAT_S
 from core.record import RUNNING
-from ingest.client import _SPOOL_LOCK, _SYNC_LOCK, Client, _dumps, _error_message
+from ingest.client import _SPOOL_LOCK, _SYNC_LOCK, Client, _dumps, _error_message, post_until
 
 log = logging.getLogger("scalebook.live")
 
@@ -71,56 +69,23 @@ def _path(op: str, run_key: str) -> str:
 def call(client: Client, op: str, run_key: str, body: Any, deadline: float) -> tuple[str, int | None, Any]:
     """One live-run request with the push client's retries. `op`: "open" / "finish" (POST /runs with the
     record), "steps" (POST …/steps with {"steps": [...]}) or "heartbeat" (POST …/heartbeat with {}).
-    Returns ("ok", status, body), ("reject", status, body) for a 4xx about the request (409, 422, a 404
+    Returns ("ok", status, body) — also for an open answered 409 (the key is stored already: a sweep's lease
+    opened it, or it finished) — ("reject", status, body) for a 4xx about the request (409, 422, a 404
     naming the run: it was never opened), or ("down", status | None, reason) when `deadline`
     (time.monotonic()) passed or the client is misconfigured (401/403, a 404 that is not the API's)."""
-    data = _dumps(body).encode()
-    headers = {"Content-Type": "application/json", "Accept": "application/json", "Prefer": "return=minimal",
-               "User-Agent": "scalebook-live/0.1"}
-    if client.token:
-        headers["Authorization"] = f"Bearer {client.token}"
-    url = client.url + _path(op, run_key)
-    attempt = 0
-    while True:
-        attempt += 1
-        remaining = deadline - time.monotonic()
-        request = urllib.request.Request(url, data=data, headers=headers, method="POST")
-        retry_after = None
-        try:
-            with urllib.request.urlopen(request, timeout=max(0.05, min(client.timeout_s, remaining))) as resp:
-                status, raw = resp.status, resp.read()
-            try:
-                return "ok", status, json.loads(raw or b"null")
-            except ValueError:
-                return "down", status, f"HTTP {status} with a non-JSON body from {client.url}: not a scalebook API?"
-        except urllib.error.HTTPError as exc:
-            status = exc.code
-            try:
-                answer = json.loads(exc.read() or b"null")
-            except (ValueError, OSError, http.client.HTTPException):
-                answer = None
-            ours = isinstance(answer, dict) and isinstance(answer.get("error"), dict)
-            if status == 404 and ours and answer["error"].get("code") == "not_found":
-                return "reject", status, answer
-            if status in (401, 403, 404, 405):
-                return "down", status, f"HTTP {status}: {_error_message(answer)} (check SCALEBOOK_API_URL/TOKEN)"
-            if 400 <= status < 500 and status not in (408, 429):
-                return "reject", status, answer
-            reason = f"HTTP {status}: {_error_message(answer)}"
-            retry_after = exc.headers.get("Retry-After") if exc.headers else None
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            reason = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
-        now = time.monotonic()
-        if now >= deadline:
-            return "down", None, reason
-        delay = random.uniform(0.0, min(client.backoff_max_s, client.backoff_base_s * 2 ** (attempt - 1)))
-        try:
-            delay = max(delay, float(retry_after)) if retry_after else delay
-        except ValueError:
-            pass
-        time.sleep(max(0.0, min(delay, deadline - now)))
-        if time.monotonic() >= deadline:
-            return "down", None, reason
+
+    def special(status: int, answer: Any) -> tuple[str, int | None, Any] | None:
+        ours = isinstance(answer, dict) and isinstance(answer.get("error"), dict)
+        if status == 404 and ours and answer["error"].get("code") == "not_found":
+            return "reject", status, answer
+        if status == 409 and op == "open" and ours:
+            # a run is stored under this key already: opened by a sweep's lease (`scalebook agent` hands
+            # the job SCALEBOOK_RUN_KEY), or finished by an earlier attempt. The job carries on with it.
+            return "ok", status, answer
+        return None
+
+    return post_until(client, _path(op, run_key), _dumps(body).encode(), deadline, user_agent="scalebook-live/0.1",
+                      special=special)
 
 
 @dataclass

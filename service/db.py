@@ -262,12 +262,11 @@ def locked(session: Session, query: sa.Select) -> sa.Select:
 
 
 def fetch_rows(session: Session, sql: str) -> list[tuple]:
-    """Every row of the plain SQL `sql` as tuples, in the session's transaction. On DuckDB through the
-    driver's fetchall: SQLAlchemy fetches DuckDB rows one at a time (~5× slower for thousands of rows)."""
-    if session.get_bind().dialect.name == "duckdb":
-        raw: Any = session.connection().connection.driver_connection
-        return list(raw.execute(sql).fetchall())
-    return [tuple(r) for r in session.execute(sa.text(sql))]
+    """Every row of the plain SQL `sql` as tuples, in the session's transaction, through the driver's
+    cursor (DuckDB's fetchall, psycopg's): SQLAlchemy fetches DuckDB rows one at a time (~5× slower for
+    thousands of rows) and builds a Row per row on PostgreSQL (~1.5×)."""
+    raw: Any = session.connection().connection.driver_connection
+    return list(raw.execute(sql).fetchall())
 
 
 def json_list_contains(session: Session, column: Any, value: str) -> sa.ColumnElement[bool]:

@@ -26,7 +26,9 @@ Every write path keeps it, in its own transaction:
   MAX_REFRESH_GROUPS groups);
 - `scalebook db rebuild-configs` and migration 0018: rebuild(), the whole table from `runs` (for
   writes made behind scalebook's back with outside SQL).
-`recompute(session)` is what rebuild() writes, for tests: run_configs must equal it.
+`recompute(session)` is what rebuild() writes, for tests: run_configs must equal it. A later migration
+that changes the configuration columns, status or retirement of stored runs must rebuild the table
+(its own frozen copy of migration 0018's fill), as 0018 fills it.
 """
 
 from __future__ import annotations

@@ -179,7 +179,8 @@ def _finish_open_runs(session: Session, payloads: dict[str, Any], by_key: dict[s
         key, payload = run.run_key, payloads[run.run_key]
         if not isinstance(payload, dict) or (run.status == RUNNING and payload.get("status", "success") == RUNNING):
             continue  # an open run re-opened with other content: a conflict
-        stated = as_reported({f: getattr(run, f) for f in REPORTED_FIELDS if getattr(run, f) is not None})
+        stated = as_reported({f: getattr(run, f) for f in REPORTED_FIELDS if getattr(run, f) is not None},
+                             keep_step_headline=False)
         merged = {**stated, **payload, "extra": {**(stated.get("extra") or {}), **(payload.get("extra") or {})}}
         merged["extra"] = merged["extra"] or None
         merged = steps.with_headline(session, run.id, merged)  # a series and no headline: its steady median

@@ -134,12 +134,14 @@ def _fresh(session: Session, sweep: Sweep, taken: set[str], slot: int) -> list[_
                        s["expected_improvement"]) for s in left]
 
 
-def _open_record(sweep: Sweep, cand: _Candidate, run_key: str, agent: str | None) -> dict[str, Any]:
-    """The run opened for a lease: the sweep's target and the configuration, status running."""
+def _open_record(sweep: Sweep, cand: _Candidate, run_key: str, agent: str | None, now: datetime) -> dict[str, Any]:
+    """The run opened for a lease: the sweep's target and the configuration, status running, started now
+    (the job's own finish may state when it started)."""
     target = sweep.target
     run = {k: target.get(k) for k in sw.TARGET_FIELDS}
     run.update({k: cand.config[k] for k in CONFIG_FIELDS})
     run.update({"run_key": run_key, "name": f"{sweep.name} {config_label(cand.config)}", "source": "sweep",
+                "started_at": now.isoformat(),
                 "sweep": sweep.name, "status": RUNNING,
                 "extra": {"sweep_attempt": cand.attempt, "sweep_slot": cand.slot,
                           **({"agent": agent} if agent else {})}})
@@ -177,11 +179,12 @@ def next_lease(session: Session, sweep: Sweep, *, now: datetime, lost_after_s: f
                 .on_conflict_do_nothing().returning(SweepLease.id)).first()
             if row is None:  # another agent took this configuration or this slot: look again
                 break
-            record = _open_record(sweep, cand, run_key, agent)
+            record = _open_record(sweep, cand, run_key, agent, now)
             (run,), _, _ = store.store_runs(session, [record])
             return {"sweep": sweep.name, "run_key": run_key, "run_id": run.id, "attempt": cand.attempt,
                     "slot": cand.slot, "config": {k: cand.config[k] for k in CONFIG_FIELDS},
-                    "label": key, "run": {k: v for k, v in record.items() if k not in ("status", "extra")},
+                    "label": key,
+                    "run": {k: v for k, v in record.items() if k not in ("status", "extra", "started_at")},
                     "predicted": cand.predicted, "expected_improvement": cand.expected_improvement,
                     "lost_after_s": lost_after_s, "heartbeat_s": min(DEFAULT_HEARTBEAT_S, lost_after_s / 4)}
     raise Conflict(f"sweep {sweep.name!r}: lost {MAX_RACES} races for a configuration in a row; ask again",

@@ -237,6 +237,11 @@ VARIANTS: dict[str, list[str]] = {
     ],
     # issue 27: a diverged run, a refused layout, a lost node, a host OOM kill
     "divergence": [
+        # logged NaN/inf metrics (NAN_METRIC): Megatron's iteration line, torchtitan's step line, Lightning's
+        " iteration     3385/    8000 | consumed samples:       216640 | lm loss: NAN | loss scale: 1.0 | "
+        "grad norm: nan | number of skipped iterations:   0 | number of nan iterations:   0 |",
+        "[titan] 2025-02-20 10:00:00,000 - root - INFO - step: 80  loss: nan  memory: 30.1GiB(40%)  tps: 1,234",
+        "Epoch 3: 100%|██████████| 500/500 [01:02<00:00, train_loss=nan, val_loss=inf]",
         "[2024-06-01 10:00:00,000] [ERROR] Exception: Current loss scale already at minimum - cannot decrease "
         "scale anymore. Exiting run.",
         "[rank5]: AssertionError: Rank 5: found NaN in local grad norm in backward pass before data-parallel "

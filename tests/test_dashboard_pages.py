@@ -163,7 +163,8 @@ def test_heatmap_empty_database_says_how_to_import(live_api):
 
 
 @pytest.mark.parametrize("page", [None, "app_pages/what_worked.py", "app_pages/explore.py", "app_pages/runs.py",
-                                  "app_pages/scaling.py", "app_pages/failures.py", "app_pages/sql.py"])
+                                  "app_pages/scaling.py", "app_pages/failures.py", "app_pages/sql.py",
+                                  "app_pages/sweeps.py"])
 def test_every_page_says_when_the_api_is_down(monkeypatch, page):
     url = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("SCALEBOOK_API_URL", url)

@@ -50,6 +50,16 @@ def assert_tiny_llama(run: dict) -> None:
     assert run["extra"]["timed_steps"] == jobs.STEPS - 2 and run["extra"]["tokens_source"] == "counted"
 
 
+def assert_live_series(url: str, run: dict, loss: bool) -> None:
+    """The job's run was opened live (issue 28) and holds one step per optimizer step, each with its time
+    and tokens/s/GPU (and the loss where the framework hands it over)."""
+    assert run["last_heartbeat_at"] is not None
+    steps = httpx.get(f"{url}/api/v1/runs/{run['id']}/steps", timeout=30).json()["steps"]
+    assert [s["step"] for s in steps] == list(range(1, jobs.STEPS + 1))
+    assert all(s["step_time_s"] > 0 and s["tokens_per_sec_per_gpu"] > 0 for s in steps)
+    assert all((s["loss"] is not None) == loss for s in steps), steps
+
+
 @pytest.fixture(autouse=True)
 def _spool(tmp_path, monkeypatch):
     monkeypatch.setenv("SCALEBOOK_SPOOL_DIR", str(tmp_path / "spool"))
@@ -65,6 +75,7 @@ def test_hf_trainer_run_is_stored(live_api):
     assert (run["source"], run["framework"], run["name"]) == ("hf-trainer", "transformers", "hf tiny llama")
     assert run["precision"] == "fp32"  # no bf16/fp16 flag, fp32 weights
     assert run["recompute"] == "full"  # activation_checkpointing=True
+    assert_live_series(live_api, run, loss=False)  # the Trainer's loss reaches callbacks only at logging steps
 
 
 @pytest.mark.integration
@@ -78,6 +89,7 @@ def test_lightning_run_is_stored(live_api):
     assert run["precision"] == "bf16"  # precision="bf16-mixed"
     assert run["recompute"] == "none"
     assert run["nodes"] == 1 and run["gpus_per_node"] == 1
+    assert_live_series(live_api, run, loss=True)
 
 
 @pytest.mark.integration
@@ -89,6 +101,7 @@ def test_accelerate_run_is_stored(live_api):
     assert_tiny_llama(run)
     assert (run["source"], run["framework"], run["model_name"]) == ("accelerate", "accelerate", "tiny-llama")
     assert run["precision"] == "fp32"  # mixed_precision "no", fp32 weights
+    assert_live_series(live_api, run, loss=True)  # accelerator.log({"loss": ...})
     assert run["recompute"] == "none"
 
 
@@ -195,3 +208,13 @@ def test_batch_shape_counts_token_ids_only():
     assert batch_shape({"inputs_embeds": torch.zeros(2, 5, 16)}) == (2, 5)
     assert batch_shape(torch.zeros(3, 7)) is None  # float features are not tokens
     assert batch_shape({"pixel_values": torch.zeros(2, 3, 8, 8)}) is None
+
+
+def test_step_figures_take_the_usual_names_only():
+    import torch
+
+    from ingest.integrations.common import step_figures
+
+    got = step_figures({"loss": 2.5, "lr": 1e-3, "steps": 3, "x": "a", "grad_norm": float("nan"), "train_loss": 9})
+    assert got == {"loss": 2.5, "learning_rate": 1e-3}
+    assert step_figures({"loss": torch.tensor(1.5)}) == {"loss": 1.5} and step_figures(None) == {}

@@ -17,6 +17,8 @@ import sqlalchemy as sa
 from conftest import REPO, free_port
 from test_api_runs import run
 
+from service.tables import Base
+
 RECOMMEND = {"model_params": "8B", "nodes": 2}
 
 
@@ -131,7 +133,9 @@ def test_two_serve_processes_on_one_postgresql_see_each_others_writes(pg_session
     at once."""
     engine = sa.create_engine(pg_session_url)
     with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE runs"))
+        # every table (runs and what is derived from it in the same transactions: run_configs, ...),
+        # as the other tests' fixtures leave them (conftest.db_url)
+        conn.execute(sa.text("TRUNCATE " + ", ".join(t.name for t in Base.metadata.sorted_tables)))
     engine.dispose()
     a, b = serve(tmp_path, pg_session_url), serve(tmp_path, pg_session_url)
     try:

@@ -85,9 +85,27 @@ def test_offline_spools_everything_and_sync_replays_it_exactly_once(database, se
             up._append(live_spool(up), [__import__("json").dumps({"op": line, "run_key": key,
                                                                    "body": {k: v for k, v in body.items() if v}})])
         again = sync_live(up)
-        assert (again.replayed, again.remaining) == (1, 0) and again.rejected == 1  # finish: stored; open: 409
+        # the finish answers the stored run; the open, 409 (the key is taken: finished), is no error either
+        assert (again.replayed, again.rejected, again.remaining) == (2, 0, 0)
         assert httpx.get(f"{server.url}/api/v1/runs", timeout=30).json()["total"] == 1
         assert len(get_steps(server.url, run["id"])) == 12
+
+
+def test_a_run_opened_by_a_lease_is_carried_on(live_api, tmp_path):
+    """`scalebook agent` opens the run (its sweep lease) and hands the job its key: the job's own opening,
+    with other content, is answered 409 and the job carries on — steps, then the finish."""
+    key = uuid.uuid4().hex
+    httpx.post(f"{live_api}/api/v1/runs", json={**RECORD, "run_key": key, "status": "running", "name": "leased"},
+               timeout=30).raise_for_status()
+    client = Client(spool_dir=tmp_path, deadline_s=10)
+    live = LiveRun({**RECORD, "run_key": key, "name": "the job's"}, client=client, heartbeat_s=0.2).start()
+    for i in range(5):
+        live.step(i, step_time_s=1.0)
+    assert live.finish({**RECORD, "status": "success", "tokens_per_sec_per_gpu": 900.0}) == "stored"
+    run = get_run(live_api, key)
+    assert (run["status"], run["name"], run["tokens_per_sec_per_gpu"]) == ("success", "leased", 900.0)
+    assert len(get_steps(live_api, run["id"])) == 5
+    assert not client.rejects_path.exists() and pending_ops(client) == 0
 
 
 def test_scalebook_sync_replays_the_live_spool(live_api, tmp_path):

@@ -63,6 +63,9 @@ def test_open_heartbeat_lost_and_back(client, database):
     assert sql.json()["rows"] == [["lost", 1]]
     aliased = client.post("/api/v1/sql", json={"query": "SELECT r.status FROM runs r WHERE r.status = 'lost'"})
     assert aliased.json()["rows"] == [["lost"]], aliased.text
+    star = client.post("/api/v1/sql", json={"query": "SELECT * FROM runs"}).json()
+    assert star["rows"][0][star["columns"].index("status")] == "lost"
+    assert client.post("/api/v1/sql", json={"query": "SELECT nodes FROM runs"}).json()["rows"] == [[2]]
 
     beat = client.post("/api/v1/runs/live-1/heartbeat", json={})
     assert beat.status_code == 200, beat.text
@@ -239,3 +242,21 @@ def test_deleting_a_run_deletes_its_steps(client, database):
     assert client.get(f"/api/v1/runs/{run_id}/steps").status_code == 404
     with database.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM run_steps")).scalar() == 0
+
+
+def test_an_exported_step_headline_imports_as_derived(client):
+    """A run whose headline came from its steps, exported and imported elsewhere (no steps there), keeps
+    the figures, still named derived (ingest.parsers.runs.as_reported)."""
+    from ingest.parsers.runs import as_reported
+
+    client.post("/api/v1/runs", json=OPEN)
+    client.post("/api/v1/runs/live-1/steps", json={"steps": series(20)})
+    done = client.post("/api/v1/runs", json={"run_key": "live-1", "status": "success"}).json()
+    record = as_reported({k: v for k, v in done.items() if k in OPEN or k in ("extra", "step_time_s",
+                                                                                "tokens_per_sec_per_gpu",
+                                                                                "peak_memory_gib")})
+    assert record["tokens_per_sec_per_gpu"] == done["tokens_per_sec_per_gpu"]
+    assert set(record["extra"]["derived_fields"]) == {"tokens_per_sec_per_gpu", "step_time_s", "peak_memory_gib"}
+    again = client.post("/api/v1/runs", json={**record, "run_key": "elsewhere"}).json()
+    assert again["tokens_per_sec_per_gpu"] == done["tokens_per_sec_per_gpu"]
+    assert "tokens_per_sec_per_gpu" in again["extra"]["derived_fields"]

@@ -40,7 +40,7 @@ def test_grid_leases_open_runs_until_the_budget_is_spent(client):
                                    "micro_batch_size": 1, "grad_accum_steps": 32, "recompute": "none"}
     run = client.get(f"/api/v1/runs/{leases[0]['run_id']}").json()
     assert run["status"] == "running" and run["sweep"] == "g" and run["gpu_type"] == "H100-SXM-80GB"
-    assert run["model_params"] == 1_340_000_000 and run["tp"] == 1 and run["last_heartbeat_at"]
+    assert run["model_params"] == 1_340_000_000 and run["tp"] == 1 and run["last_heartbeat_at"] and run["started_at"]
     r = _next(client)
     assert r.status_code == 204 and r.headers["Sweep-Done"] == "budget" and "4 of 4" in r.headers["Sweep-Done-Reason"]
     # the job finishes its run with the same run_key: the sweep shows it as the best, measured beside predicted
@@ -136,3 +136,14 @@ def test_agents_on_separate_connections_never_share_a_configuration(db_url):
         t.join(120)
     assert errors == []
     assert len(got) == 5 and len({label for label, _ in got}) == 5 and sorted(s for _, s in got) == [1, 2, 3, 4, 5]
+
+
+def test_a_grid_lease_carries_the_models_prediction_when_runs_are_recorded(nanotron_client):
+    client = nanotron_client
+    r = client.post("/api/v1/sweeps", json={**GRID, "target": {**TARGET, "framework": "nanotron"}})
+    assert r.status_code == 201, r.text
+    lease = _next(client).json()
+    predicted = lease["predicted"]
+    assert predicted["tokens_per_sec_per_gpu"] > 0 and predicted["interval"][0] < predicted["tokens_per_sec_per_gpu"]
+    row = client.get("/api/v1/sweeps/g").json()["runs"][0]
+    assert row["predicted_tokens_per_sec_per_gpu"] == predicted["tokens_per_sec_per_gpu"]

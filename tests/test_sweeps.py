@@ -112,7 +112,7 @@ def test_sweep_commands_read_at_80_columns(live_api):
 
     with httpx.Client(base_url=live_api) as http:
         assert http.post("/api/v1/runs", json=_run("llama-1b-1node", 2, 2, 11000.0)).status_code == 201
-    for args in (["sweep", "show", "llama-1b-1node"], ["sweep", "list"]):
+    for args in (["sweep", "show", "llama-1b-1node"], ["sweep", "list"], ["runs", "--sweep", "llama-1b-1node"]):
         out = runner.invoke(app, args, env=env)
         assert out.exit_code == 0, out.output
         assert "…" not in out.stdout and max(len(line) for line in out.stdout.splitlines()) <= 80, out.stdout

@@ -98,6 +98,9 @@ def test_70b_on_2_h100_nodes_lists_the_recorded_run(shipped):
     assert mem is not None and mem["predicted_peak_memory_gib"] > 0
     if mem["disagrees"]:  # the memory model says it does not fit: the record wins, and the answer says so
         assert any(f"run #{ran[0]['run_id']}" in n and "the record wins" in n for n in body["notes"]), body["notes"]
+    elif mem["fits_with"]:  # it fits only with a ZeRO stage / recompute the run does not record: said so
+        assert mem["fits"] is None
+        assert any(f"run #{ran[0]['run_id']}" in n and mem["fits_with"] in n for n in body["notes"]), body["notes"]
     else:
         assert mem["fits"] is True and not any("the record wins" in n for n in body["notes"])
     if not body["candidates"]:
@@ -180,3 +183,31 @@ def test_recommend_cli_starts_with_what_was_measured_at_80_columns(live_api, dat
     measured_at = text.index("measured on this target")
     assert text.index(f"#{nemotron['id']}") > measured_at and "12,507" in text
     assert text.index("predicted for layouts not run here") > text.index(f"#{nemotron['id']}")
+
+
+def test_a_run_that_leaves_out_zero_and_recompute_is_not_called_a_disagreement():
+    """NeMo's 8B fp8 run on 8 H100 nodes (DP32 TP2 MBS4, as published: no ZeRO stage, no recompute)
+    does not fit at ZeRO-0 without recompute, what the memory model takes for unrecorded fields: the
+    verdict names the least memory-saving setting of those fields under which it fits, and does not
+    call the record wrong; recorded as ZeRO-0 with no recompute, the same run is a disagreement."""
+    from service.analytics.memory import estimate_memory
+    from service.analytics.on_target import memory_verdict
+
+    run = {"model_name": "llama3-8b", "model_params": 8_030_000_000, "num_layers": 32, "hidden_size": 4096,
+           "num_heads": 32, "num_kv_heads": 8, "ffn_hidden_size": 14336, "vocab_size": 128256,
+           "gated_linear_unit": True, "seq_len": 4096, "gpu_type": "H100-SXM-80GB", "gpus_per_node": 8,
+           "nodes": 8, "dp": 32, "tp": 2, "pp": 1, "cp": 1, "ep": 1, "micro_batch_size": 4,
+           "grad_accum_steps": None, "zero_stage": None, "recompute": None, "precision": "fp8",
+           "framework": "nemo", "status": "success"}
+    plain = estimate_memory({**run, "zero_stage": 0, "recompute": "none"})
+    assert plain.fits is False  # the premise: as taken, it does not fit
+    mem = memory_verdict(run)
+    assert mem is not None and mem["disagrees"] is False and mem["fits"] is None and mem["fits_with"]
+    setting = {"zero_stage": 1 if "ZeRO-1" in mem["fits_with"] else 3 if "ZeRO-3" in mem["fits_with"] else None,
+               "recompute": next((m for m in ("selective", "full") if m in mem["fits_with"]), None)}
+    assert estimate_memory({**run, **{k: v for k, v in setting.items() if v is not None}}).fits is True
+    # without data parallelism ZeRO shards nothing: it is never the setting named
+    alone = memory_verdict({**run, "dp": 1, "nodes": 1, "gpus_per_node": 2})
+    assert alone is not None and "ZeRO" not in (alone["fits_with"] or "")
+    stated = memory_verdict({**run, "zero_stage": 0, "recompute": "none"})
+    assert stated is not None and stated["disagrees"] is True and stated["fits_with"] is None

@@ -26,7 +26,9 @@ def live_table() -> None:
         st.info("No run is open. Jobs started with the recorder or an integration appear here while they train.")
         return
     st.dataframe(frame, hide_index=True, key="live_runs", column_config={
-        "heard_s_ago": st.column_config.NumberColumn("last heartbeat (s ago)"),
+        "heard_s_ago": st.column_config.NumberColumn("heard (s ago)", help="seconds since the last heartbeat"),
+        "last_step": st.column_config.NumberColumn("last step"),
+        "loss": st.column_config.NumberColumn("loss", format="%.3f"),
         "tokens_per_sec_per_gpu": st.column_config.NumberColumn("tok/s/GPU", format="%.0f"),
         "step_time_s": st.column_config.NumberColumn("step time (s)", format="%.3f")})
     run_id = st.selectbox("Series of run", frame["id"].tolist(), key="live_pick")

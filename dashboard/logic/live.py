@@ -13,8 +13,9 @@ from plotly.subplots import make_subplots
 
 from dashboard.logic.fmt import config_label
 
-LIVE_COLUMNS = ["id", "status", "name", "model_name", "nodes", "gpu_type", "config", "heard_s_ago", "last_step",
-                "step_time_s", "tokens_per_sec_per_gpu", "loss", "peak_memory_gib", "run_key"]
+#: what a glance needs first (status, last heartbeat, the last step's figures), then what ran
+LIVE_COLUMNS = ["id", "status", "heard_s_ago", "last_step", "tokens_per_sec_per_gpu", "step_time_s", "loss",
+                "peak_memory_gib", "name", "model_name", "config", "nodes", "gpu_type", "run_key"]
 
 
 def _parse(moment: str | None) -> datetime | None:

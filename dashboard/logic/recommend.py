@@ -79,13 +79,16 @@ def candidate_rows(candidates: Sequence[Candidate], target: Mapping[str, Any] | 
 
 def memory_verdict(run: Mapping[str, Any]) -> str:
     """A measured run's memory-model verdict: "fits (66 GiB)", "model says no (136 GiB): it ran" (the
-    record wins), "not checked" (a degree or the micro-batch not recorded)."""
+    record wins), "fits with ZeRO-1 (not recorded; 136 GiB without)" (the fields the run leaves out
+    decide it), "not checked" (a degree or the micro-batch not recorded)."""
     mem = run.get("memory") or {}
     if not mem:
         return "not checked"
     peak = f"{mem.get('predicted_peak_memory_gib', 0):.0f} GiB"
     if mem.get("disagrees"):
         return f"model says no ({peak}): it ran"
+    if mem.get("fits_with"):
+        return f"fits with {mem['fits_with']} (not recorded; {peak} without)"
     return f"fits ({peak})" if mem.get("fits") else f"not decided ({peak})"
 
 

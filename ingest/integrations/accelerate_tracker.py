@@ -39,6 +39,7 @@ from ingest.integrations.common import (
     accelerate_fields,
     dtype_precision,
     recompute_of,
+    step_figures,
 )
 
 _NOT_CONFIG = {"run_key", "status", "tokens_per_sec_per_gpu", "step_time_s", "peak_memory_gib", "reserved_memory_gib",
@@ -124,7 +125,8 @@ class ScalebookTracker(GeneralTracker):
             target.update(found)
 
     def log(self, values: dict, step: int | None = None, **kwargs: Any) -> None:
-        """A step boundary (module doc); the values themselves are not stored."""
+        """A step boundary (module doc); the loss, grad_norm and learning rate among `values` join the live
+        run's step series (ingest.integrations.common.step_figures), nothing else of them is stored."""
         if self.run.recorder is None:
             self.start()
         if step is None or self._last_step is None:
@@ -134,7 +136,7 @@ class ScalebookTracker(GeneralTracker):
         if step is not None:
             self._last_step = step if self._last_step is None else max(step, self._last_step)
         if steps > 0:
-            self.run.step(steps)
+            self.run.step(steps, **step_figures(values))
 
     def finish(self) -> None:
         """Called by ``accelerator.end_training``: the job succeeded; build and push the run."""

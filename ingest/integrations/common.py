@@ -341,8 +341,9 @@ class TrainingRun:
         self.recorder.start()
         _guard.add(self, signals=self.guard_signals)
 
-    def step(self, steps: int = 1) -> None:
-        """``steps`` optimizer steps ended: hand the tokens counted since the last call to the Recorder."""
+    def step(self, steps: int = 1, **figures: Any) -> None:
+        """``steps`` optimizer steps ended: hand the tokens counted since the last call to the Recorder;
+        ``figures`` (loss, grad_norm, learning_rate as the framework reports them) join the live series."""
         if not self.is_open:
             return
         tokens, forwards = self._tokens, self._forwards
@@ -352,7 +353,7 @@ class TrainingRun:
         if not self._counted_any:
             mbs, gas, seq = (self.fields.get(k) for k in ("micro_batch_size", "grad_accum_steps", "seq_len"))
             tokens = mbs * gas * seq * steps if mbs and gas and seq else 0
-        self.recorder.step(tokens=tokens, steps=steps)
+        self.recorder.step(tokens=tokens, steps=steps, **step_figures(figures))
 
     def finish(self, exc: BaseException | None = None, deadline_s: float | None = None) -> dict[str, Any] | None:
         """Training ended (``exc``: what ended it). Fills the observed fields, builds and pushes the
@@ -386,6 +387,30 @@ class TrainingRun:
                 extra["tokens_source"] = "counted"
             elif all(fields.get(k) for k in ("micro_batch_size", "grad_accum_steps", "seq_len")):
                 extra["tokens_source"] = "config"
+
+
+#: names frameworks log a step's figures under → the step series' field (core.steps.STEP_FIELDS)
+_FIGURE_NAMES = {"loss": "loss", "train_loss": "loss", "train/loss": "loss", "grad_norm": "grad_norm",
+                 "learning_rate": "learning_rate", "lr": "learning_rate"}
+
+
+def step_figures(values: Any) -> dict[str, float]:
+    """The step-series figures among logged `values` ({name: number or 0-d tensor}): loss, grad_norm,
+    learning_rate under their usual names (_FIGURE_NAMES); anything else, or not a finite number, is left out."""
+    import math
+
+    out: dict[str, float] = {}
+    for name, value in (values or {}).items() if isinstance(values, dict) else ():
+        field = _FIGURE_NAMES.get(name)
+        if field is None or field in out:
+            continue
+        try:
+            number = float(value.item() if hasattr(value, "item") else value)
+        except (TypeError, ValueError, RuntimeError):
+            continue
+        if math.isfinite(number):
+            out[field] = number
+    return out
 
 
 # ---------------------------------------------------------------------- process guard

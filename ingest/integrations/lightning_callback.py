@@ -132,7 +132,8 @@ class _Hooks(RunCallback):
             return
         self.run.count(batch_shape(batch))
         if trainer.global_step > self._last_global_step:
-            self.run.step(trainer.global_step - self._last_global_step)
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            self.run.step(trainer.global_step - self._last_global_step, loss=loss)  # the step's last micro-batch
             self._last_global_step = trainer.global_step
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:

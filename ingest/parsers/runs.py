@@ -79,14 +79,22 @@ def _typed(field: str, value: Any) -> Any:
     return str(value) if kind != "t" or isinstance(value, str) else value.isoformat()
 
 
-def as_reported(record: dict[str, Any]) -> dict[str, Any]:
+def as_reported(record: dict[str, Any], *, keep_step_headline: bool = True) -> dict[str, Any]:
     """`record` (a stored run's reported fields) with what the server added taken back out (module
-    docstring): the run as it was reported. Changes and returns `record`."""
+    docstring): the run as it was reported. Changes and returns `record`.
+
+    A live run's headline derived from its steps (the fields in ``extra.headline_from_steps``) cannot be
+    derived again where the steps are not (an import elsewhere): with `keep_step_headline` those values
+    stay, still named in ``extra.derived_fields``. The server's own finish of a live run passes False (it
+    derives them again from the steps it holds)."""
     extra = record.get("extra")
     if not isinstance(extra, dict):
         return record
     extra = dict(extra)
+    from_steps = set((extra.get("headline_from_steps") or {}).get("fields") or []) if keep_step_headline else set()
     for field in list(extra.get("derived_fields") or []) + list(extra.get("assumed_fields") or []):
+        if field in from_steps:
+            continue
         if field in REPORTED_FIELDS:
             record.pop(field, None)
         elif field.startswith("extra."):  # a key the server set in extra (extra.tie_word_embeddings)
@@ -96,6 +104,8 @@ def as_reported(record: dict[str, Any]) -> dict[str, Any]:
             record[field] = extra.pop(f"{field}_reported")
     for key in _SERVER_EXTRA:
         extra.pop(key, None)
+    if from_steps:
+        extra["derived_fields"] = sorted(from_steps)
     if extra:
         record["extra"] = extra
     else:

@@ -190,18 +190,49 @@ _MEMORY_ASSUMES = {"zero_stage": "ZeRO-0", "recompute": "no recompute", "grad_ac
 
 def memory_verdict(run: dict[str, Any]) -> dict[str, Any] | None:
     """The memory model's prediction for a recorded run's own configuration (its model, framework,
-    precision), or None when a degree or the micro-batch is unknown (nothing to cost). `disagrees`:
-    the run succeeded and the model says it does not fit; `assumed`: what the model took for the
-    fields the run does not record (ZeRO stage 0, no recompute)."""
+    precision), or None when a degree or the micro-batch is unknown (nothing to cost). `assumed`: what
+    the model took for the fields the run does not record (ZeRO stage 0, no recompute); `fits_with`:
+    when it does not fit so, the least memory-saving setting of those unrecorded fields under which it
+    fits (_fits_with) — then `fits` is None (the record does not say enough to decide); `disagrees`:
+    the run succeeded and the model says it does not fit under any setting of what it leaves out."""
     if any(run.get(f) is None for f in ("dp", "tp", "pp", "cp", "micro_batch_size", "seq_len")):
         return None
+    record = {k: v for k, v in run.items() if k != "extra"}
     try:
-        est = estimate_memory({k: v for k, v in run.items() if k != "extra"})
+        est = estimate_memory(record)
     except ValueError:
         return None
+    fits, fits_with = est.fits, None
+    if fits is False:
+        fits_with = _fits_with(record)
+        if fits_with is not None:  # the fields the run leaves out decide it: not a disagreement
+            fits = None
     return {"predicted_peak_memory_gib": est.predicted_peak_memory_gib, "usable_memory_gib": est.usable_memory_gib,
-            "fits": est.fits, "disagrees": est.fits is False,
+            "fits": fits, "disagrees": fits is False, "fits_with": fits_with,
             "assumed": [text for f, text in _MEMORY_ASSUMES.items() if run.get(f) is None]}
+
+
+#: the memory-saving settings tried, least change first, for the fields a recorded run leaves out
+_SAVINGS = ((("zero_stage", 1),), (("recompute", "selective"),), (("zero_stage", 1), ("recompute", "selective")),
+            (("recompute", "full"),), (("zero_stage", 1), ("recompute", "full")),
+            (("zero_stage", 3), ("recompute", "full")))
+
+
+def _fits_with(record: dict[str, Any]) -> str | None:
+    """The least memory-saving setting of the fields `record` leaves out (ZeRO stage, recompute) under
+    which the memory model says it fits, as text ("ZeRO-1, selective recompute"); None when no such
+    setting fits (or the run records both fields): then the model truly disagrees with the record."""
+    sharded = (record.get("dp") or 1) * (record.get("cp") or 1) > 1  # ZeRO shards over DP·CP: nothing at 1
+    for setting in _SAVINGS:
+        if any(record.get(f) is not None or (f == "zero_stage" and not sharded) for f, _ in setting):
+            continue
+        try:
+            est = estimate_memory({**record, **dict(setting)})
+        except ValueError:
+            continue
+        if est.fits:
+            return ", ".join(f"ZeRO-{v}" if f == "zero_stage" else f"{v} recompute" for f, v in setting)
+    return None
 
 
 def measured(session: Session, cell: Cell, *, precision: str | None, metric: str = "tokens_per_sec_per_gpu",
@@ -275,7 +306,8 @@ def _count(session: Session, cell: Cell, out: Measured) -> None:
 
 
 def disagreement_notes(m: Measured) -> list[str]:
-    """One note per listed run the memory model says does not fit (the record wins)."""
+    """One note per listed run the memory model says does not fit (the record wins), or fits only with
+    a setting of the fields the run does not record (which the note names)."""
     notes = []
     for r in m.runs:
         mem = r.get("memory") or {}
@@ -286,4 +318,8 @@ def disagreement_notes(m: Measured) -> list[str]:
                          f"#{r['run_id']} ({r['label']}){assumed}, more than the {mem['usable_memory_gib']:.1f} GiB "
                          "usable, yet it ran on this target: the models disagree with the record, and the record "
                          "wins")
+        elif mem.get("fits_with"):
+            notes.append(f"run #{r['run_id']} ({r['label']}): taking {', '.join(mem['assumed'])} (the run does not "
+                         f"record them), the memory model predicts {mem['predicted_peak_memory_gib']:.1f} GiB per GPU, "
+                         f"more than the {mem['usable_memory_gib']:.1f} GiB usable; with {mem['fits_with']} it fits")
     return notes

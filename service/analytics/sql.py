@@ -137,8 +137,10 @@ def run_query(db: Database, query: str, *, timeout_s: float, max_rows: int, max_
         columns, answer = _run_duckdb(db, sql, timeout_s, max_rows, max_bytes, memory_mb,
                                       runs_columns_used(tree, RUN_COLUMNS), stream=_streamable(tree), cutoff=cutoff)
     else:
-        columns, answer = _run_postgres(db, _with_read_status(tree, cutoff), timeout_s, max_rows, max_bytes,
-                                        memory_mb, reader_url)
+        # only a query that may read `status` needs it derived (a query that never names it runs as written)
+        if "status" in runs_columns_used(tree, RUN_COLUMNS):
+            sql = _with_read_status(tree, cutoff)
+        columns, answer = _run_postgres(db, sql, timeout_s, max_rows, max_bytes, memory_mb, reader_url)
     return {"columns": columns, "rows": answer.rows, "row_count": len(answer.rows), "truncated": answer.truncated,
             "elapsed_ms": round((time.perf_counter() - start) * 1000.0, 3)}
 

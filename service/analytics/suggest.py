@@ -48,10 +48,12 @@ _NORM_PDF_C = np.sqrt(2 * np.pi)
 
 def best_recorded(session: Session, ctx: CompletedTarget) -> dict[str, Any] | None:
     """The best successful, not retired run of the target (size class, nodes, GPU type, seq_len)."""
-    run = session.scalars(
-        sa.select(Run).where(Run.status == "success", Run.retired_at.is_(None), Run.tokens_per_sec_per_gpu > 0,
-                             Run.model_size_class == ctx.size_class, Run.nodes == ctx.nodes,
-                             Run.gpu_type == ctx.gpu_type, Run.seq_len == ctx.seq_len)
+    cols = [Run.id, Run.tokens_per_sec_per_gpu, *(getattr(Run, f) for f in CONFIG_FIELDS)]
+    # the columns it answers with, not the whole run (57 columns and its JSON, read and hydrated for one row)
+    run = session.execute(
+        sa.select(*cols).where(Run.status == "success", Run.retired_at.is_(None), Run.tokens_per_sec_per_gpu > 0,
+                               Run.model_size_class == ctx.size_class, Run.nodes == ctx.nodes,
+                               Run.gpu_type == ctx.gpu_type, Run.seq_len == ctx.seq_len)
         .order_by(Run.tokens_per_sec_per_gpu.desc(), Run.id).limit(1)).first()
     if run is None:
         return None

@@ -201,9 +201,13 @@ class MeasuredMemory(BaseModel):
 
     predicted_peak_memory_gib: float
     usable_memory_gib: float | None
-    fits: bool | None
-    disagrees: bool = Field(description="the run succeeded though the memory model says it does not fit: "
-                                        "the record wins")
+    fits: bool | None = Field(description="true/false: the model's verdict; null: the GPU's memory is unknown, "
+                                          "or the fields the run does not record decide it (fits_with)")
+    disagrees: bool = Field(description="the run succeeded though the memory model says it does not fit under "
+                                        "any setting of the fields it does not record: the record wins")
+    fits_with: str | None = Field(default=None, description="when it does not fit as assumed: the least "
+                                  "memory-saving setting of the unrecorded ZeRO stage / recompute under which it "
+                                  "fits, e.g. 'ZeRO-1'")
     assumed: list[str] = Field(description="what the memory model took for fields the run does not record")
 
 

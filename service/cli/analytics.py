@@ -201,7 +201,7 @@ def render_measured(body: dict) -> None:
         return
     cols = [Col("run", "right"), Col("model"), Col("config"), Col("tok/s/GPU", "right"), Col("MFU", "right", drop=2),
             Col("memory model", drop=1)]
-    rows, disagree = [], False
+    rows, disagree, undecided = [], False, False
     for r in runs:
         mem = r.get("memory") or {}
         verdict = "not checked"
@@ -209,6 +209,10 @@ def render_measured(body: dict) -> None:
             disagree = disagree or bool(mem.get("disagrees"))
             verdict = (f"{'no' if mem.get('disagrees') else 'fits'} "
                        f"{mem['predicted_peak_memory_gib']:.0f} GiB{'!' if mem.get('disagrees') else ''}")
+            if mem.get("fits_with"):
+                undecided = True
+                short = mem["fits_with"].replace("ZeRO-", "Z").replace(" recompute", "").replace("selective", "sel")
+                verdict = f"fits w/ {short}?"
         size_precision = r["label"].split(" · ")[0] + " · " + (r.get("precision") or "precision?")
         model = size_precision + "\n" + textwrap.fill(r.get("framework") or "framework?", 16)
         rows.append([f"#{r['run_id']}", model, _wrap_label(r["config"]), render.number(r.get("tokens_per_sec_per_gpu")),
@@ -216,6 +220,9 @@ def render_measured(body: dict) -> None:
     render.table(console, cols, rows)
     if disagree:
         console.print("  !: the memory model says it does not fit, yet it ran: the record wins (see the notes)")
+    if undecided:
+        console.print("  ?: fits only with a ZeRO stage (Z1) or recompute (sel, full) the run does not record "
+                      "(see the notes)")
     shown = len(runs)
     if cell.get("n_configurations", 0) > shown:
         console.print(f"  ({cell['n_configurations'] - shown} more: -k, or `scalebook heatmap` and the dashboard's "

@@ -30,13 +30,16 @@ StatusOpt = Annotated[str | None, typer.Option("--status", help="success | oom |
                                                                 "heartbeating)")]
 FrameworkOpt = Annotated[str | None, typer.Option("--framework")]
 SourceOpt = Annotated[str | None, typer.Option("--source", help="api, nanotron-csv, published-table, log, ...")]
+SweepOpt = Annotated[str | None, typer.Option("--sweep", help="the runs of this sweep (scalebook sweep list)")]
+TagOpt = Annotated[str | None, typer.Option("--tag", help="runs carrying this tag")]
 RetiredOpt = Annotated[bool | None, typer.Option(
     "--retired/--not-retired", help="only retired runs / only runs not retired (default: both)")]
 
 
 def run_filters(*, model: str | None = None, model_name: str | None = None, nodes: int | None = None,
                 gpu_type: str | None = None, status: str | None = None, framework: str | None = None,
-                source: str | None = None, retired: bool | None = None) -> dict[str, Any]:
+                source: str | None = None, retired: bool | None = None, sweep: str | None = None,
+                tag: str | None = None) -> dict[str, Any]:
     """GET /runs query parameters of the shared options (None left out by the client). `model` is a
     size meaning its family (core.families.family_named), checked here: a usage error names it."""
     if model is not None:
@@ -47,7 +50,7 @@ def run_filters(*, model: str | None = None, model_name: str | None = None, node
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--model") from None
     return {"model_family": model, "model_name": model_name, "nodes": nodes, "gpu_type": gpu_type, "status": status,
-            "framework": framework, "source": source,
+            "framework": framework, "source": source, "sweep": sweep, "tag": tag,
             "retired": None if retired is None else str(retired).lower()}
 
 
@@ -67,6 +70,8 @@ def runs_list(
     framework: FrameworkOpt = None,
     source: SourceOpt = None,
     retired: RetiredOpt = None,
+    sweep: SweepOpt = None,
+    tag: TagOpt = None,
     sort: str = typer.Option("-id", "--sort", help="a column, '-' for descending: -id, -tokens_per_sec_per_gpu, …"),
     limit: int = typer.Option(20, "--limit", "-n", min=1, max=1000, help="rows to show (1–1000)"),
     as_json: bool = typer.Option(False, "--json", help="print the API's JSON page"),
@@ -75,7 +80,8 @@ def runs_list(
     say so), tok/s/GPU, MFU, peak memory. Columns that do not fit the terminal are left out and
     named. Every matching run, all pages: `scalebook export`."""
     body = fetch("/runs", as_json, **run_filters(model=model, model_name=model_name, nodes=nodes, gpu_type=gpu_type,
-                                                 status=status, framework=framework, source=source, retired=retired),
+                                                 status=status, framework=framework, source=source, retired=retired,
+                                                 sweep=sweep, tag=tag),
                  sort=sort, limit=limit)
     if body is None:
         return
@@ -135,6 +141,8 @@ def export(
     framework: FrameworkOpt = None,
     source: SourceOpt = None,
     retired: RetiredOpt = None,
+    sweep: SweepOpt = None,
+    tag: TagOpt = None,
     model: ModelOpt = None,
     quiet: bool = QUIET,
 ) -> None:
@@ -146,7 +154,8 @@ def export(
     if fmt is ExportFormat.parquet and output is None:
         fail("--format parquet writes a binary file: give --output FILE.parquet", code=2)
     runs = fetch_all(run_filters(model=model, model_name=model_name, nodes=nodes, gpu_type=gpu_type, status=status,
-                                 framework=framework, source=source, retired=retired), quiet=quiet)
+                                 framework=framework, source=source, retired=retired, sweep=sweep, tag=tag),
+                       quiet=quiet)
     columns: list[str] = []
     for r in runs:
         columns.extend(k for k in r if k not in columns)
