@@ -64,7 +64,6 @@ SPOOL_FILE = "spool.jsonl"
 REJECTS_FILE = "rejects.jsonl"
 _SPOOL_LOCK = ".spool.lock"
 _SYNC_LOCK = ".sync.lock"
-_BAD_RECORD = (400, 409, 413, 422)  # and any other 4xx not in _HOLD
 _HOLD = (401, 403, 404, 405)  # client misconfiguration: keep the runs for a later sync
 
 
