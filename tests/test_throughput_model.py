@@ -249,3 +249,20 @@ def test_a_pathologically_slow_run_anchors_nothing():
     unmeasured = _cfg(micro_batch_size=8, grad_accum_steps=4, tokens_per_sec_per_gpu=None)
     kept = anchor.evidence_rows([best, ok, hung, unmeasured])
     assert [r["micro_batch_size"] for r in kept] == [1, 2]
+
+
+def test_a_small_models_narrow_matmuls_wait_for_the_cpus_kernel_launches():
+    """A 350M GPT-like model on 8 A100s at TP8 and one 1,024-token sequence per micro-batch: a layer pass is
+    shorter on the GPU than the CPU's 60 kernel launches (κ = 0.6 ms), so the step is at least the CPU's
+    time; the 1.34B model at TP1 and 4,096 tokens is GPU-bound and its step barely notices the CPU."""
+    assert th.LAUNCH_S_PER_LAYER == pytest.approx(th.KERNELS_PER_LAYER_PASS * th.KERNEL_DISPATCH_S)
+    small = tt.terms(_cfg(hidden_size=1024, num_layers=24, num_heads=16, num_kv_heads=16, ffn_hidden_size=4096,
+                          vocab_size=50257, model_params=355_000_000, gated_linear_unit=False, seq_len=1024,
+                          gpu_type="A100-SXM-80GB", framework="megatron-lm", dp=1, tp=8, grad_accum_steps=64))
+    p = dict(th.PRIOR)
+    cpu = th.LAUNCH_S_PER_LAYER * small.layer_passes
+    compute = th.step_time(small, p)[1]  # the smooth maximum of the GPU's and the CPU's time
+    assert cpu > (compute ** 4 - cpu ** 4) ** 0.25  # the CPU's launches take longer than the GPU's work
+    big = tt.terms(_cfg())
+    compute = th.step_time(big, p)[1]
+    assert compute < 1.01 * (compute ** 4 - (th.LAUNCH_S_PER_LAYER * big.layer_passes) ** 4) ** 0.25

@@ -108,13 +108,28 @@ A_CP = 0.3
 #: of the kernels the CPU has not launched yet): (gpu⁴ + cpu⁴)^¼ is within 19 % of max(gpu, cpu) at
 #: equality and within 1 % once one is twice the other
 LAUNCH_SMOOTHING = 4.0
-#: κ, the CPU time to launch one layer's forward and backward kernels in eager PyTorch: ~30 kernels (norms,
-#: projections, attention, MLP, residuals, and their backward) at ~10 µs each (PyTorch's per-op dispatch
-#: plus cudaLaunchKernel; PyTorch "CUDA Graphs" documentation: launch overhead dominates small kernels).
-#: Set, not fitted: fitted to the Ultra-Scale sweep it took 3.8 ms, a per-micro-batch penalty that explained
-#: noise and made micro-batch 1 lose every near-tie (leave-one-cell-out 9 of 12 against 12 of 12 without it,
-#: bench/RESULTS.md); its H100 kernels are long enough that 0.3 ms never binds there
-LAUNCH_S_PER_LAYER = 3e-4
+#: kernels one transformer layer launches per forward + backward pass in eager PyTorch (Megatron-LM's GPT
+#: layer with its fused kernels, counted from the layer's structure in megatron/model/transformer.py): forward ~20 — two norms, the
+#: QKV, output, MLP-up and MLP-down GEMMs, the attention core (scores GEMM, fused scale-mask-softmax,
+#: dropout, context GEMM, the permute copy), the fused bias-GELU, two fused bias-dropout-adds, two TP
+#: collectives — and a backward of about twice as many (two GEMMs per forward GEMM, the elementwise
+#: gradients, the gradient accumulation into main_grad): 60. A full recompute's extra forward is counted by
+#: layer_passes' 4/3.
+KERNELS_PER_LAYER_PASS = 60
+#: CPU time to dispatch one kernel from eager PyTorch: Python, autograd recording, the ATen dispatcher and
+#: cudaLaunchKernel, ~10 µs per op (PyTorch "CUDA Graphs" documentation and Nguyen et al. 2021, "Accelerating
+#: PyTorch with CUDA Graphs", PyTorch blog: launch overhead dominates small kernels; He 2022, "Making Deep
+#: Learning Go Brrrr From First Principles": the overhead-bound regime)
+KERNEL_DISPATCH_S = 1e-5
+#: κ, the CPU time to launch one layer's forward and backward kernels: KERNELS_PER_LAYER_PASS ×
+#: KERNEL_DISPATCH_S = 0.6 ms (was 0.3 ms, "~30 kernels", which counted the forward's kernels for both
+#: passes). Set, not fitted: fitted to the Ultra-Scale sweep it took 3.8 ms, a per-micro-batch penalty that
+#: explained noise and made micro-batch 1 lose every near-tie (leave-one-cell-out 9 of 12 against 12 of 12
+#: without it, bench/RESULTS.md); its H100 kernels and vTrain's A100 ones are long enough that 0.6 ms never
+#: binds on a competitive configuration there (bench/RESULTS.md, "Issue 25, third pass": every figure
+#: unchanged), while a small model's narrow matmuls on a few GPUs (h/tp of a few hundred, a micro-batch of
+#: 1–2 sequences: a layer pass of a few hundred µs on the GPU) wait for the CPU
+LAUNCH_S_PER_LAYER = KERNELS_PER_LAYER_PASS * KERNEL_DISPATCH_S
 MIN_CONFIGS = 8
 #: a parameter is fitted only when at least MIN_SUPPORT fitted configurations exercise its term (the Terms
 #: field that multiplies it is non-zero); otherwise no run says anything about it and it stays at the PRIOR
