@@ -12,7 +12,10 @@ or 30 runs have gone. Baselines: the cell's configurations in random order (medi
 shuffles) and the recommender's ranked list for the cell (GET /recommend?k=30 before any run).
 Targets: median <= 5 runs per cell, every cell <= 15, fewer OOMs than the random order.
 
-Usage: .venv/bin/python bench/suggest_replay.py [--json]
+Usage: .venv/bin/python bench/suggest_replay.py [--json] [--above-nodes N | --size S]
+
+With --above-nodes N (or --size S) only the cells beyond N nodes (of size S) are replayed, and each
+replay sees none of the held-out runs: /suggest at scales (sizes) it has no run of, as users ask it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from bench.recommend_loo import (  # noqa: E402
     SEQ,
     cell_of,
     data_dir,
+    held_in_prior,
     main_over_cells,
     retired,
 )
@@ -89,7 +93,7 @@ def run_cell(cell: tuple[float, int], records: list[dict], workdir: Path) -> dic
     params = {"model_params": f"{size}B", "nodes": nodes, "gpu_type": GPU, "seq_len": SEQ,
               "global_batch_tokens": GBT}
     result = {"cell": f"{size:g}B x {nodes}", "best_tps": best}
-    with TestClient(create_app(db, Settings(database_url=None))) as api:
+    with held_in_prior(db), TestClient(create_app(db, Settings(database_url=None))) as api:
         ranked = api.get("/api/v1/recommend", params={**params, "k": LIMIT}).json()["candidates"]
         result["recommend_list"] = dict(zip(("runs", "ooms", "hit"),
                                             walk([_key(c["config"]) for c in ranked], by_cfg, best)))
