@@ -116,10 +116,10 @@ A_CP = 0.3
 #: equality and within 1 % once one is twice the other
 LAUNCH_SMOOTHING = 4.0
 #: kernels one transformer layer launches per forward + backward pass in eager PyTorch (Megatron-LM's GPT
-#: layer with its fused kernels, counted from the layer's structure in megatron/model/transformer.py): forward ~20 — two norms, the
-#: QKV, output, MLP-up and MLP-down GEMMs, the attention core (scores GEMM, fused scale-mask-softmax,
-#: dropout, context GEMM, the permute copy), the fused bias-GELU, two fused bias-dropout-adds, two TP
-#: collectives — and a backward of about twice as many (two GEMMs per forward GEMM, the elementwise
+#: layer with its fused kernels, counted from the layer's structure in megatron/model/transformer.py):
+#: forward ~20 — two norms, the QKV, output, MLP-up and MLP-down GEMMs, the attention core (scores GEMM,
+#: fused scale-mask-softmax, dropout, context GEMM, the permute copy), the fused bias-GELU, two fused
+#: bias-dropout-adds, two TP collectives — and a backward of about twice as many (two GEMMs per forward GEMM, the elementwise
 #: gradients, the gradient accumulation into main_grad): 60. A full recompute's extra forward is counted by
 #: layer_passes' 4/3.
 KERNELS_PER_LAYER_PASS = 60
