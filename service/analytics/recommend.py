@@ -51,6 +51,7 @@ from service.analytics.anchor import SUPPORT_DISTANCE, Anchors, interval_halves
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value
 from service.analytics.target import CompletedTarget, Target, complete_target, distance
+from service.db import fetch_select
 from service.errors import BadRequest
 from service.lifecycle import FINISHED
 from service.tables import Run
@@ -87,9 +88,8 @@ def _oom_rows(session: Session, ctx: CompletedTarget) -> list[dict[str, Any]]:
     query = sa.select(*cols, sa.func.min(Run.id).label("run_id")).where(
         Run.status == "oom", Run.retired_at.is_(None), *same,
         sa.or_(Run.error_class.is_(None), Run.error_class.not_in(sorted(HOST_MEMORY_OOM_CLASSES)))).group_by(*cols)
-    result = session.execute(query)
-    keys = list(result.keys())  # (row._mapping builds the key list again for every row)
-    return [dict(zip(keys, r)) for r in result]
+    keys, rows = fetch_select(session, query)
+    return [dict(zip(keys, r)) for r in rows]
 
 
 def oom_implied(cfg: dict[str, Any], ctx: CompletedTarget, ooms: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -489,7 +489,7 @@ def recorded_on_target(session: Session, ctx: CompletedTarget) -> set[tuple]:
     q = sa.select(*cols).distinct().where(Run.model_size_class == ctx.size_class, Run.nodes == ctx.nodes,
                                           Run.gpu_type == ctx.gpu_type, Run.seq_len == ctx.seq_len,
                                           Run.retired_at.is_(None), FINISHED)
-    return {tuple(_value(dict(zip(CONFIG_FIELDS, r)), f) for f in CONFIG_FIELDS) for r in session.execute(q)}
+    return {tuple(_value(dict(zip(CONFIG_FIELDS, r)), f) for f in CONFIG_FIELDS) for r in fetch_select(session, q)[1]}
 
 
 def candidate(cfg: dict[str, Any], ctx: CompletedTarget, pred: dict[str, Any], mem: Any,
