@@ -178,15 +178,38 @@ def main_over_cells(argv: list[str] | None, doc: str, run_cell: Callable[..., di
                     print_table: Callable[[list[dict], dict, str], None]) -> int:
     """The command line of a leave-one-cell-out bench (this one, bench/suggest_replay.py): each cell
     of the sweep run by ``run_cell(cell, records, workdir)``, summarised, printed as a table or, with
-    --json, as {"commit", "cells", "summary"}; --cells N runs only the first N cells (a quick look)."""
+    --json, as {"commit", "cells", "summary"}; --cells N runs only the first N cells (a quick look);
+    --above-nodes N / --size S ask only about the cells beyond N nodes / of size S, each with the whole
+    held-out set left out (extrapolation, as bench/recommend_holdout.py holds out)."""
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--cells", type=int, default=0, help="only the first N cells (quick look)")
+    held = parser.add_mutually_exclusive_group()
+    held.add_argument("--above-nodes", type=int, default=0,
+                      help="extrapolation in scale: only the cells on more than N nodes are asked about, and "
+                           "every run on more than N nodes is left out of what each of them sees")
+    held.add_argument("--size", type=float, default=0.0,
+                      help="extrapolation in size: only this model size's cells (billions, e.g. 8.86) are asked "
+                           "about, and every run of that size is left out of what each of them sees")
     args = parser.parse_args(argv)
     records = load()
-    cells = sorted({cell_of(r) for r in records})[:args.cells or None]
+
+    def is_held(c: tuple[float, int]) -> bool:
+        return c[1] > args.above_nodes if args.above_nodes else c[0] == args.size if args.size else True
+
+    cells = sorted({cell_of(r) for r in records if is_held(cell_of(r))})[:args.cells or None]
+    if not cells:
+        raise SystemExit("no cell matches")
+
+    def seen_by(cell: tuple[float, int]) -> list[dict]:
+        """The records run_cell gets for `cell`: the cell itself (its truth, which run_cell keeps out of
+        the database) and every record outside the held-out set."""
+        if not (args.above_nodes or args.size):
+            return records
+        return [r for r in records if cell_of(r) == cell or not is_held(cell_of(r))]
+
     with tempfile.TemporaryDirectory() as tmp:
-        results = [run_cell(cell, records, Path(tmp)) for cell in cells]
+        results = [run_cell(cell, seen_by(cell), Path(tmp)) for cell in cells]
     summary = summarise(results)
     if args.json:
         print(json.dumps({"commit": benchtool.commit(), "cells": results, "summary": summary}, indent=2, default=str))

@@ -12,7 +12,10 @@ or 30 runs have gone. Baselines: the cell's configurations in random order (medi
 shuffles) and the recommender's ranked list for the cell (GET /recommend?k=30 before any run).
 Targets: median <= 5 runs per cell, every cell <= 15, fewer OOMs than the random order.
 
-Usage: .venv/bin/python bench/suggest_replay.py [--json]
+Usage: .venv/bin/python bench/suggest_replay.py [--json] [--above-nodes N | --size S]
+
+With --above-nodes N (or --size S) only the cells beyond N nodes (of size S) are replayed, and each
+replay sees none of the held-out runs: /suggest at scales (sizes) it has no run of, as users ask it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Step time of one optimizer step on one GPU, decomposed as in the Ultra-Scale Playbook [UP] and
 Megatron-LM [NA21] (the physical terms and their sources: service/analytics/throughput_terms.py):
 
-    t = τ · r + a_bubble · (τ + t_tp) · (pp − r)/m         1F1B: (m−1)·τ_max + Σ τ_stage [NA21 §2.2]: the slowest
+    t = τ · r + (τ + t_tp) · (pp − r)/m                    1F1B: (m−1)·τ_max + Σ τ_stage [NA21 §2.2]: the slowest
                                                           stage (r = τ_max/τ_mean ≥ 1) sets the pace; with even
                                                           stages (r = 1) the bubble is (p−1)/(m+p−1) of the step
         + t_tp                                            exposed TP collectives [NA21 §3.2], [UP TP/SP]
@@ -42,6 +42,13 @@ TP × PP layouts pay ~4 ms per layer per micro-batch and per TP rank beyond the 
 the node count and of the micro-batch (bench/RESULTS.md, issue 25), which α_tp alone cannot describe.
 A_CP is fixed at 0.3 (most of the ring exchange overlaps the attention [UP CP]) for lack of CP runs
 to fit it on.
+The pipeline bubble is not fitted: 1F1B's schedule gives it exactly, (p − r)·τ on top of m·r·τ [NA21
+§2.2]. Fitted (a factor a_bubble on it, until 2026-11-26), it took 0.91 on the whole sweep and 0.76 on
+its 1–2-node cells, where many micro-batches keep the bubble a few % of the step and so say little about
+it; the model then priced deep pipelines too cheaply the further it extrapolated in nodes (fixed global
+batch: fewer micro-batches per pipeline, a larger bubble): fitted on ≤ 2 nodes, ln(measured/predicted)
+fell by 0.43 per unit of bubble share at 4–8 nodes, 0.23 with the bubble as 1F1B gives it
+(bench/RESULTS.md, "Issue 25, third pass").
 
 Then tokens/s/GPU = (global batch tokens / world size) / t and MFU = model FLOPs / (t · peak)
 [PaLM appendix B]. The parameters (PARAMS) are fitted by least squares on log(tokens/s)
@@ -79,8 +86,8 @@ from service.analytics.throughput_terms import OPTIMIZER_BYTES, Terms, as_arrays
 from service.db import fetch_rows
 from service.tables import Run
 
-PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_pp", "alpha_tp_x", "a_dp", "a_dp_n", "a_zero", "a_bubble",
-          "alpha_pp_x", "b_act", "b_logit", "b_score")
+PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_pp", "alpha_tp_x", "a_dp", "a_dp_n", "a_zero", "alpha_pp_x",
+          "b_act", "b_logit", "b_score")
 #: the documented prior: the fit on the Ultra-Scale Playbook sweep (all 12 cells of bench_calibration.csv,
 #: H100 nanotron, pre-fix pipeline runs retired as bench/recommend_loo.py does), rounded; used when a
 #: group has too few configurations, and as the fit's starting point. k_h keeps 37: the GEMM-width term is
@@ -93,15 +100,15 @@ PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_pp", "alpha_tp_x", "a_dp
 #: 5 bytes stored per score element, written and read by the softmax and dropout forward, twice that
 #: backward)
 PRIOR = {"e_max": 0.63, "k_h": 37.0, "a_tp": 0.72, "alpha_tp": 3e-5, "alpha_tp_pp": 4.3e-5, "alpha_tp_x": 3e-5,
-         "a_dp": 3.3, "a_dp_n": 0.056, "a_zero": 3.8, "a_bubble": 0.91, "alpha_pp_x": 1.2e-3, "b_act": 650.0,
+         "a_dp": 3.3, "a_dp_n": 0.056, "a_zero": 3.8, "alpha_pp_x": 1.2e-3, "b_act": 650.0,
          "b_logit": 82.0, "b_score": 45.0}
 _LOWER = {"e_max": 0.05, "k_h": 0.0, "a_tp": 0.0, "alpha_tp": 0.0, "alpha_tp_pp": 0.0, "alpha_tp_x": 0.0, "a_dp": 0.0,
-          "a_dp_n": 0.0, "a_zero": 0.0, "a_bubble": 0.3, "alpha_pp_x": 0.0, "b_act": 0.0, "b_logit": 0.0,
+          "a_dp_n": 0.0, "a_zero": 0.0, "alpha_pp_x": 0.0, "b_act": 0.0, "b_logit": 0.0,
           "b_score": 0.0}
 #: e_max ≤ 0.9: no dense bf16 GEMM reaches more of the datasheet peak (NVIDIA's own H100 GEMM benchmarks
 #: reach ~75–80 %); the bytes per element are bounded by a few hundred passes over the tensor
 _UPPER = {"e_max": 0.9, "k_h": 4e3, "a_tp": 3.0, "alpha_tp": 0.01, "alpha_tp_pp": 0.05, "alpha_tp_x": 0.5,
-          "a_dp": 10.0, "a_dp_n": 3.0, "a_zero": 10.0, "a_bubble": 4.0, "alpha_pp_x": 0.5, "b_act": 5000.0,
+          "a_dp": 10.0, "a_dp_n": 3.0, "a_zero": 10.0, "alpha_pp_x": 0.5, "b_act": 5000.0,
           "b_logit": 2000.0, "b_score": 500.0}
 A_CP = 0.3
 #: exponent of the smooth maximum of the GPU's time and the CPU's launch time (the GPU cannot run ahead
@@ -122,7 +129,7 @@ MIN_CONFIGS = 8
 MIN_SUPPORT = 3
 _SUPPORT = {"a_tp": "tp_bytes", "alpha_tp": "tp_collectives", "alpha_tp_pp": "tp_in_pipeline",
             "alpha_tp_x": "tp_inter", "a_dp": "dp_bytes", "a_dp_n": "dp_nodes_log2", "a_zero": "zero_gather_bytes",
-            "alpha_pp_x": "pp_inter", "a_bubble": "pp_messages", "b_score": "score_elems"}
+            "alpha_pp_x": "pp_inter", "b_score": "score_elems"}
 #: the fit uses the configurations that compete: those within 30 % of the best tokens/s/GPU of their cell
 #: (same GPU type, framework, precision, model, seq_len, nodes × gpus per node). A configuration far slower
 #: than its cell's best is slow for reasons no term here models — a degraded or contended network, a
@@ -170,7 +177,7 @@ def step_time(t: dict[str, Any] | Terms, p: dict[str, float]) -> Any:
     tp = (p["a_tp"] * g["tp_bytes"] / g["tp_bw"]
           + (p["alpha_tp"] + p["alpha_tp_pp"] * g["tp_in_pipeline"] + p["alpha_tp_x"] * g["tp_inter"])
           * g["tp_ring_steps"])
-    bubble = (mean + tp) * p["a_bubble"] * (g["pp"] - r) / g["micro_batches"]
+    bubble = (mean + tp) * (g["pp"] - r) / g["micro_batches"]
     dp = ((1.0 + p["a_dp_n"] * g["dp_nodes_log2"]) * (p["a_dp"] * g["dp_bytes"] + p["a_zero"] * g["zero_gather_bytes"])
           / g["dp_bw"]
           + OPTIMIZER_BYTES * g["opt_params"] / g["hbm_bw"])
