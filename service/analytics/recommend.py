@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -194,18 +194,20 @@ def _run_record(cfg: dict[str, Any], ctx: CompletedTarget) -> dict[str, Any]:
 _value = config_value  # (the matching rule lives in on_target, which recommend builds on)
 
 
-def _evidence(cfg: dict[str, Any], ctx: CompletedTarget, rows: list[dict[str, Any]], n: int = 3) -> list[dict]:
-    """The recorded configurations of the same layout nearest to the target (as evidence)."""
+def _evidence(cfg: dict[str, Any], ctx: CompletedTarget, rows: list[dict[str, Any]], n: int = 3,
+              dist: Any = None) -> list[dict]:
+    """The recorded configurations of the same layout nearest to the target (as evidence); `dist`:
+    (row) -> its distance from the target (Prepared.distance; default: target.distance)."""
+    dist = dist or (lambda r: distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type))
     same = [r for r in rows if all(_value(r, f) == cfg[f] for f in LAYOUT_FIELDS)]
     if not same:
         same = [r for r in rows if r["tp"] == cfg["tp"] and r["pp"] == cfg["pp"]]
-    ranked = sorted(same, key=lambda r: (distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type),
-                                         r["first_id"]))
+    ranked = sorted(same, key=lambda r: (dist(r), r["first_id"]))
     return [{"run_id": r["first_id"], "model_size_class": r["model_size_class"], "model_params": r["model_params"],
              "gpu_type": r["gpu_type"], "framework": r["framework"], "nodes": r["nodes"],
              "config": {f: r[f] for f in CONFIG_FIELDS}, "n_runs": r["n_runs"],
              "measured_tokens_per_sec_per_gpu": r["tokens_per_sec_per_gpu"],
-             "distance": distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type)}
+             "distance": dist(r)}
             for r in ranked[:n]]
 
 
@@ -249,6 +251,16 @@ class Prepared:
     notes: list[str]
     cell: on_target.Cell
     measured: on_target.Measured
+    _distances: dict[int, float] = field(default_factory=dict, repr=False)
+
+    def distance(self, r: dict[str, Any]) -> float:
+        """target.distance of configuration row `r` from the request's target, computed once per row of
+        the request (layout_distances, the anchors and the evidence all ask it of the same rows)."""
+        d = self._distances.get(id(r))
+        if d is None:
+            ctx = self.ctx
+            d = self._distances[id(r)] = distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type)
+        return d
 
 
 def prepare(session: Session, target: Target, *, need_batch: bool = True, measured_limit: int = 10) -> Prepared:
@@ -281,20 +293,17 @@ def prepare(session: Session, target: Target, *, need_batch: bool = True, measur
 def layout_distances(prep: Prepared) -> dict[tuple, float]:
     """{LAYOUT_FIELDS values: distance from the target to the nearest recorded run of that exact
     layout} over the request's configuration rows (the evidence distance of interval_halves)."""
-    ctx = prep.ctx
     by_layout: dict[tuple, float] = {}
     for r in prep.rows:
         key = tuple(_value(r, f) for f in LAYOUT_FIELDS)
-        d = distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type)
+        d = prep.distance(r)
         by_layout[key] = min(d, by_layout.get(key, d))
     return by_layout
 
 
 def anchors_for(prep: Prepared) -> Anchors:
     """The evidence anchoring of the request's fit (anchor.Anchors), distances from its target."""
-    ctx = prep.ctx
-    return Anchors(prep.rows, prep.fit, lambda r: distance(r, ctx.size_class, ctx.nodes, ctx.seq_len,
-                                                          ctx.gpu_type),
+    return Anchors(prep.rows, prep.fit, prep.distance,
                    terms_of=lambda r: prep.model.terms_of(r, prep.fit.network_gb_s))
 
 
@@ -472,7 +481,7 @@ def recommend(
     kept.sort(key=lambda e: (-e[0], tie(e[1])))
     out: list[dict[str, Any]] = []
     for _, item, ok in kept[:k]:
-        out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows))
+        out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows, dist=prep.distance))
     found = prep.measured
     notes = prep.notes + on_target.disagreement_notes(found)
     if found.runs and not out:
@@ -493,8 +502,8 @@ def recorded_on_target(session: Session, ctx: CompletedTarget) -> set[tuple]:
 
 
 def candidate(cfg: dict[str, Any], ctx: CompletedTarget, pred: dict[str, Any], mem: Any,
-               exact: dict[str, Any] | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    evidence = _evidence(cfg, ctx, rows)
+               exact: dict[str, Any] | None, rows: list[dict[str, Any]], dist: Any = None) -> dict[str, Any]:
+    evidence = _evidence(cfg, ctx, rows, dist=dist)
     fit_gpu = pred["fit"][0]
     why = ("ran on this very target; " if exact else "") + (
         f"predicted by the {pred['fit'][2]} model of {pred['fit'][1]} on {fit_gpu}")
