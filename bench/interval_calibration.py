@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.recommend_loo import GBT, GPU, KEY, RETIRE, SEQ, cell_of, load, retired  # noqa: E402
+from bench.recommend_loo import GBT, GPU, KEY, RETIRE, SEQ, cell_of, held_in_prior, load, retired  # noqa: E402
 from service import retire, store  # noqa: E402
 from service.analytics import recommend as rec  # noqa: E402
 from service.cli import benchmark as benchtool  # noqa: E402
@@ -60,31 +60,34 @@ def observations(records: list[dict], workdir: Path) -> list[dict]:
                 store.store_runs(s, [r for r in records if not held(cell_of(r))])
             with db.session(write=True) as s:
                 retire.retire(s, None, RETIRE, "before nanotron's pipeline-engine fix")
-            for size, nodes in sorted({cell_of(r) for r in records if held(cell_of(r))}):
-                truth = [r for r in records if cell_of(r) == (size, nodes) and not retired(r)
-                         and r["status"] == "success"]
-                measured: dict[tuple, float] = defaultdict(float)
-                for r in truth:
-                    measured[_key(r)] = max(measured[_key(r)], r["tokens_per_sec_per_gpu"])
-                best = max(measured.values())
-                dims = next(r for r in truth if r.get("hidden_size"))
-                with db.session() as s:
-                    prep = rec.prepare(s, rec.Target(
-                        model_params=int(size * 1e9), nodes=nodes, gpu_type=GPU, seq_len=SEQ, global_batch_tokens=GBT,
-                        num_layers=dims["num_layers"], hidden_size=dims["hidden_size"], num_heads=dims["num_heads"],
-                        num_kv_heads=dims.get("num_kv_heads"), vocab_size=dims.get("vocab_size"),
-                        gated_linear_unit=dims.get("gated_linear_unit")))
-                    items = rec.scored(prep)
-                for item in items:
-                    real = measured.get(_key(item.config))
-                    if not real:
-                        continue
-                    p = item.predicted
-                    tps = p["tokens_per_sec_per_gpu"]
-                    out.append({"holdout": name, "residual": math.log(real / tps), "rel": real / best,
-                                "distance": p["evidence_distance"],
-                                "lower": math.log(tps / p["interval"][0]), "upper": math.log(p["interval"][1] / tps),
-                                "inside": p["interval"][0] <= real <= p["interval"][1]})
+            with held_in_prior(db):
+                for size, nodes in sorted({cell_of(r) for r in records if held(cell_of(r))}):
+                    truth = [r for r in records if cell_of(r) == (size, nodes) and not retired(r)
+                             and r["status"] == "success"]
+                    measured: dict[tuple, float] = defaultdict(float)
+                    for r in truth:
+                        measured[_key(r)] = max(measured[_key(r)], r["tokens_per_sec_per_gpu"])
+                    best = max(measured.values())
+                    dims = next(r for r in truth if r.get("hidden_size"))
+                    with db.session() as s:
+                        prep = rec.prepare(s, rec.Target(
+                            model_params=int(size * 1e9), nodes=nodes, gpu_type=GPU, seq_len=SEQ,
+                            global_batch_tokens=GBT,
+                            num_layers=dims["num_layers"], hidden_size=dims["hidden_size"], num_heads=dims["num_heads"],
+                            num_kv_heads=dims.get("num_kv_heads"), vocab_size=dims.get("vocab_size"),
+                            gated_linear_unit=dims.get("gated_linear_unit")))
+                        items = rec.scored(prep)
+                    for item in items:
+                        real = measured.get(_key(item.config))
+                        if not real:
+                            continue
+                        p = item.predicted
+                        tps = p["tokens_per_sec_per_gpu"]
+                        out.append({"holdout": name, "residual": math.log(real / tps), "rel": real / best,
+                                    "distance": p["evidence_distance"],
+                                    "lower": math.log(tps / p["interval"][0]),
+                                    "upper": math.log(p["interval"][1] / tps),
+                                    "inside": p["interval"][0] <= real <= p["interval"][1]})
         finally:
             db.dispose()
     return out

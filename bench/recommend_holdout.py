@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.recommend_loo import GBT, GPU, KEY, RETIRE, SEQ, _cfg, _pct, cell_of, load, lookup, retired  # noqa: E402
+from bench import recommend_loo as loo  # noqa: E402
+from bench.recommend_loo import GBT, GPU, KEY, RETIRE, SEQ, _cfg, _pct, cell_of, held_in_prior, load, lookup, retired  # noqa: E402
 from service import retire, store  # noqa: E402
 from service.analytics import recommend as rec  # noqa: E402
 from service.cli import benchmark as benchtool  # noqa: E402
@@ -39,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--above-nodes", type=int,
                        help="hold out every run on more than this many nodes (fit on the small scales, "
                             "recommend for every larger one)")
+    parser.add_argument("--documented-prior", action="store_true",
+                        help="fit with the documented PRIOR (fitted on the whole sweep, held-out cells included) "
+                             "instead of one re-derived from the held-in runs (recommend_loo.held_in_prior)")
     args = parser.parse_args(argv)
+    loo.PRIOR_FROM_HELD_IN = not args.documented_prior
     records = load()
     if args.above_nodes:
         def held(c: tuple[float, int]) -> bool:
@@ -56,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     commit = benchtool.commit()
     what = (f"nodes > {args.above_nodes}" if args.above_nodes else f"nodes {args.nodes}" if args.nodes
             else f"size {args.size}B")
-    print(f"commit {commit}; held out: {what}\n")
+    prior = "documented PRIOR" if args.documented_prior else "PRIOR re-derived from the held-in runs"
+    print(f"commit {commit}; held out: {what}; {prior}\n")
     print("| cell | best tok/s | ranking | top-1 | status | regret | pred | pred err |")
     print("|---|---|---|---|---|---|---|---|")
     summary: dict[bool, tuple[int, list[float]]] = {}
@@ -69,30 +75,31 @@ def main(argv: list[str] | None = None) -> int:
                 store.store_runs(s, [r for r in records if not held(cell_of(r))])
             with db.session(write=True) as s:
                 retire.retire(s, None, RETIRE, "before nanotron's pipeline-engine fix")
-            for anchor in (True, False):
-                hits, errs = 0, []
-                for size, nodes in cells:
-                    truth = [r for r in records if cell_of(r) == (size, nodes) and not retired(r)]
-                    best = max(r["tokens_per_sec_per_gpu"] for r in truth if r["status"] == "success")
-                    dims = next(r for r in truth if r.get("hidden_size"))
-                    with db.session() as s:
-                        answer = rec.recommend(s, rec.Target(
-                            model_params=int(size * 1e9), nodes=nodes, gpu_type=GPU, seq_len=SEQ,
-                            global_batch_tokens=GBT, num_layers=dims["num_layers"], hidden_size=dims["hidden_size"],
-                            num_heads=dims["num_heads"], num_kv_heads=dims.get("num_kv_heads"),
-                            vocab_size=dims.get("vocab_size")), k=1, anchor=anchor)
-                    top = answer["candidates"][0]
-                    cfg = {k: top["config"][k] for k in KEY}
-                    status, real = lookup(truth, cfg)
-                    pred = top["predicted"]["tokens_per_sec_per_gpu"]
-                    regret = None if real is None else 1 - real / best
-                    hits += int(status == "success" and regret is not None and regret <= 0.05)
-                    if real:
-                        errs.append(abs(pred - real) / real)
-                    print(f"| {size:g}B x {nodes} | {best:,.0f} | {'anchored' if anchor else 'model alone'} "
-                          f"| {_cfg(cfg)} | {status} | {_pct(regret)} | {pred:,.0f} "
-                          f"| {_pct(None if real is None else abs(pred - real) / real)} |")
-                summary[anchor] = (hits, errs)
+            with held_in_prior(db):
+                for anchor in (True, False):
+                    hits, errs = 0, []
+                    for size, nodes in cells:
+                        truth = [r for r in records if cell_of(r) == (size, nodes) and not retired(r)]
+                        best = max(r["tokens_per_sec_per_gpu"] for r in truth if r["status"] == "success")
+                        dims = next(r for r in truth if r.get("hidden_size"))
+                        with db.session() as s:
+                            answer = rec.recommend(s, rec.Target(
+                                model_params=int(size * 1e9), nodes=nodes, gpu_type=GPU, seq_len=SEQ,
+                                global_batch_tokens=GBT, num_layers=dims["num_layers"], hidden_size=dims["hidden_size"],
+                                num_heads=dims["num_heads"], num_kv_heads=dims.get("num_kv_heads"),
+                                vocab_size=dims.get("vocab_size")), k=1, anchor=anchor)
+                        top = answer["candidates"][0]
+                        cfg = {k: top["config"][k] for k in KEY}
+                        status, real = lookup(truth, cfg)
+                        pred = top["predicted"]["tokens_per_sec_per_gpu"]
+                        regret = None if real is None else 1 - real / best
+                        hits += int(status == "success" and regret is not None and regret <= 0.05)
+                        if real:
+                            errs.append(abs(pred - real) / real)
+                        print(f"| {size:g}B x {nodes} | {best:,.0f} | {'anchored' if anchor else 'model alone'} "
+                              f"| {_cfg(cfg)} | {status} | {_pct(regret)} | {pred:,.0f} "
+                              f"| {_pct(None if real is None else abs(pred - real) / real)} |")
+                    summary[anchor] = (hits, errs)
         finally:
             db.dispose()
     for anchor, (hits, errs) in summary.items():

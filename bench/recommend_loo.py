@@ -19,17 +19,21 @@ Data: <data>/nanotron/bench_calibration.csv (the Ultra-Scale Playbook sweep: 1.3
 Targets (issue 16): top-1 success and within 5 % of the best in >= 10 of 12 cells; median
 |pred − real|/real <= 10 %; no top-1 that OOMed.
 
-Usage: .venv/bin/python bench/recommend_loo.py [--json]
+The throughput fit's PRIOR is re-derived from the runs each check loads (held_in_prior): the documented
+PRIOR was fitted on this whole sweep, held-out cells included; --documented-prior keeps it.
+
+Usage: .venv/bin/python bench/recommend_loo.py [--json] [--above-nodes N | --size S] [--documented-prior]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,6 +44,7 @@ from bench.memory_accuracy import data_dir  # noqa: E402
 from ingest.parsers import nanotron  # noqa: E402
 from service import retire, store  # noqa: E402
 from service.analytics import recommend as rec  # noqa: E402
+from service.analytics import throughput  # noqa: E402
 from service.cli import benchmark as benchtool  # noqa: E402
 from service.db import Database  # noqa: E402
 
@@ -47,6 +52,39 @@ GPU = "H100-SXM-80GB"
 SEQ, GBT = 4096, 1_048_576
 KEY = ("dp", "tp", "pp", "zero_stage", "micro_batch_size", "grad_accum_steps")
 RETIRE = {"pp_min": 2, "extra.after_pp_fix": False}
+#: re-derive the fit's PRIOR from the runs each check loads (held_in_prior); False: the documented PRIOR
+PRIOR_FROM_HELD_IN = True
+
+
+@contextlib.contextmanager
+def held_in_prior(db: Database) -> Iterator[dict[str, float]]:
+    """For the duration, the throughput fit's PRIOR is the fit of the nanotron H100 runs in `db` alone,
+    made without a prior (throughput.PRIOR_WEIGHT 0): a prior that has not seen the held-out cells.
+
+    The documented PRIOR (service/analytics/throughput.py) is the fit on all 12 cells of this sweep, so
+    through it every held-out cell leaks into the fit that is checked on it; with a weight of 0.5 it pins
+    the parameters the held-in cells hardly identify (the DP reduction's growth with nodes a_dp_n: 0.29
+    fitted on 1–2 nodes, 0.89 on 1–4, 0.08 on all) at the whole sweep's value. The unseen cells users ask
+    about (and the judge holds) were never in the prior, so the checks should not be either. A parameter
+    the held-in runs do not exercise at all (no multi-node run above one node: a_dp_n, alpha_pp_x) keeps
+    the documented value. Yields the prior used. Not thread-safe (module state, a bench's own process)."""
+    if not PRIOR_FROM_HELD_IN:
+        yield dict(throughput.PRIOR)
+        return
+    with db.session() as s:
+        model = throughput.Model(throughput.load_configs(s))
+    weight, saved = throughput.PRIOR_WEIGHT, dict(throughput.PRIOR)
+    throughput.PRIOR_WEIGHT = 0.0
+    try:
+        params = model.fit_for(GPU, "nanotron").params
+    finally:
+        throughput.PRIOR_WEIGHT = weight
+    throughput.PRIOR.update(params)
+    try:
+        yield dict(params)
+    finally:
+        throughput.PRIOR.clear()
+        throughput.PRIOR.update(saved)
 
 
 def load() -> list[dict]:
@@ -109,7 +147,7 @@ def run_cell(cell: tuple[float, int], records: list[dict], workdir: Path) -> dic
             store.store_runs(s, train)
         with db.session(write=True) as s:
             retire.retire(s, None, RETIRE, "before nanotron's pipeline-engine fix")
-        with db.session() as s:
+        with held_in_prior(db), db.session() as s:
             answer = rec.recommend(s, rec.Target(model_params=int(size * 1e9), nodes=nodes, gpu_type=GPU,
                                                  seq_len=SEQ, global_batch_tokens=GBT), k=1)
     finally:
@@ -173,6 +211,11 @@ def print_table(cells: list[dict], summary: dict, commit: str) -> None:
           f"{m.get('n_not_competitive', 0)} configurations slower than 70 % of their cell's best left out")
 
 
+def _prior_said() -> str:
+    return ("re-derived from the runs each check loads (held_in_prior)" if PRIOR_FROM_HELD_IN
+            else "the documented PRIOR (fitted on the whole sweep: the held-out cells leak into it)")
+
+
 def main_over_cells(argv: list[str] | None, doc: str, run_cell: Callable[..., dict],
                     summarise: Callable[[list[dict]], dict],
                     print_table: Callable[[list[dict], dict, str], None]) -> int:
@@ -191,7 +234,12 @@ def main_over_cells(argv: list[str] | None, doc: str, run_cell: Callable[..., di
     held.add_argument("--size", type=float, default=0.0,
                       help="extrapolation in size: only this model size's cells (billions, e.g. 8.86) are asked "
                            "about, and every run of that size is left out of what each of them sees")
+    parser.add_argument("--documented-prior", action="store_true",
+                        help="fit with the documented PRIOR (fitted on the whole sweep, so every held-out cell "
+                             "leaks into it) instead of one re-derived from the held-in runs (held_in_prior)")
     args = parser.parse_args(argv)
+    global PRIOR_FROM_HELD_IN
+    PRIOR_FROM_HELD_IN = not args.documented_prior
     records = load()
 
     def is_held(c: tuple[float, int]) -> bool:
@@ -212,9 +260,11 @@ def main_over_cells(argv: list[str] | None, doc: str, run_cell: Callable[..., di
         results = [run_cell(cell, seen_by(cell), Path(tmp)) for cell in cells]
     summary = summarise(results)
     if args.json:
-        print(json.dumps({"commit": benchtool.commit(), "cells": results, "summary": summary}, indent=2, default=str))
+        print(json.dumps({"commit": benchtool.commit(), "prior": _prior_said(), "cells": results, "summary": summary},
+                         indent=2, default=str))
     else:
         print_table(results, summary, benchtool.commit())
+        print(f"fit's prior: {_prior_said()}")
     return 0
 
 

@@ -39,6 +39,7 @@ from bench.recommend_loo import (  # noqa: E402
     SEQ,
     cell_of,
     data_dir,
+    held_in_prior,
     main_over_cells,
     retired,
 )
@@ -92,7 +93,7 @@ def run_cell(cell: tuple[float, int], records: list[dict], workdir: Path) -> dic
     params = {"model_params": f"{size}B", "nodes": nodes, "gpu_type": GPU, "seq_len": SEQ,
               "global_batch_tokens": GBT}
     result = {"cell": f"{size:g}B x {nodes}", "best_tps": best}
-    with TestClient(create_app(db, Settings(database_url=None))) as api:
+    with held_in_prior(db), TestClient(create_app(db, Settings(database_url=None))) as api:
         ranked = api.get("/api/v1/recommend", params={**params, "k": LIMIT}).json()["candidates"]
         result["recommend_list"] = dict(zip(("runs", "ooms", "hit"),
                                             walk([_key(c["config"]) for c in ranked], by_cfg, best)))

@@ -35,7 +35,18 @@ import httpx  # noqa: E402
 import uvicorn  # noqa: E402
 
 from bench.probe import free_port  # noqa: E402
-from bench.recommend_loo import GBT, GPU, KEY, RETIRE, SEQ, cell_of, data_dir, main_over_cells, retired  # noqa: E402
+from bench.recommend_loo import (  # noqa: E402
+    GBT,
+    GPU,
+    KEY,
+    RETIRE,
+    SEQ,
+    cell_of,
+    data_dir,
+    held_in_prior,
+    main_over_cells,
+    retired,
+)
 from bench.suggest_replay import LIMIT, WITHIN, _key  # noqa: E402
 from ingest.agent import Agent  # noqa: E402
 from service import retire, store  # noqa: E402
@@ -96,7 +107,7 @@ def run_cell(cell: tuple[float, int], records: list[dict], workdir: Path) -> dic
     url = f"http://127.0.0.1:{port}"
     name = f"replay-{size:g}B-{nodes}n"
     started = time.monotonic()
-    with _Server(create_app(db, Settings(database_url=None)), port):
+    with held_in_prior(db), _Server(create_app(db, Settings(database_url=None)), port):
         r = httpx.post(f"{url}/api/v1/sweeps", timeout=120, json={
             "name": name, "strategy": "suggest", "budget": LIMIT,
             "target": {"model_params": f"{size}B", "nodes": nodes, "gpus_per_node": 8, "gpu_type": GPU,
