@@ -481,7 +481,8 @@ def recommend(
     kept.sort(key=lambda e: (-e[0], tie(e[1])))
     out: list[dict[str, Any]] = []
     for _, item, ok in kept[:k]:
-        out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows, dist=prep.distance))
+        out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows, dist=prep.distance,
+                             extrapolates=extrapolation(prep, item)))
     found = prep.measured
     notes = prep.notes + on_target.disagreement_notes(found)
     if found.runs and not out:
@@ -501,8 +502,48 @@ def recorded_on_target(session: Session, ctx: CompletedTarget) -> set[tuple]:
     return {tuple(_value(dict(zip(CONFIG_FIELDS, r)), f) for f in CONFIG_FIELDS) for r in fetch_select(session, q)[1]}
 
 
+def extrapolation(prep: Prepared, item: Scored) -> list[str]:
+    """Why the prediction for `item` extrapolates, one reason per string (empty: it interpolates): a prior
+    or a fit carried from another GPU type, a node count / model size / seq_len outside the fitted
+    group's runs, no recorded run of the exact layout within SUPPORT_DISTANCE (anchor.py), a layout
+    family never recorded (the model alone). The one copy of that rule: /recommend's candidates,
+    /suggest's suggestions and /predict say it with these words."""
+    ctx, fit = prep.ctx, prep.fit
+    why: list[str] = []
+    if fit.status == "prior":
+        why.append("no fit: the documented prior")
+    elif fit.group.get("gpu_type") != ctx.gpu_type:
+        why.append(f"fitted on {fit.group.get('gpu_type')}, carried to {ctx.gpu_type}")
+    group = [r for r in prep.rows if r["gpu_type"] == fit.group.get("gpu_type")
+             and r["framework"] == fit.group.get("framework")]
+    for key, value, text in (("nodes", ctx.nodes, "{:g} nodes"), ("model_size_class", ctx.size_class,
+                                                                     "a {:g}B model"),
+                             ("seq_len", ctx.seq_len, "seq_len {:g}")):
+        seen = [r[key] for r in group if r[key]]
+        if seen and not min(seen) <= value <= max(seen):
+            why.append(f"{text.format(value)}, outside the fitted runs' {min(seen):g}–{max(seen):g}")
+    if group and not any(r["precision"] == ctx.precision for r in group):
+        why.append(f"precision {ctx.precision}: no fitted run in it")
+    d_ev = item.predicted.get("evidence_distance")
+    if d_ev is not None and not item.predicted.get("supported", True):
+        why.append(f"no run of this exact layout within {SUPPORT_DISTANCE:g} (nearest {d_ev:.2f}: the |ln| ratios "
+                   "of model size, nodes and seq_len, plus the hardware)")
+    elif d_ev is None and item.predicted.get("anchor", {}).get("evidence_distance") is not None:
+        why.append("no recorded run of this exact layout (ZeRO stage, micro-batch): its family's runs anchor it")
+    if item.predicted.get("anchor", {}).get("evidence_distance") is None:
+        why.append(f"no recorded run of the layout TP{item.config['tp']} PP{item.config['pp']} CP{item.config['cp']} "
+                   f"({item.config['recompute']} recompute): the model alone")
+    return why
+
+
 def candidate(cfg: dict[str, Any], ctx: CompletedTarget, pred: dict[str, Any], mem: Any,
-               exact: dict[str, Any] | None, rows: list[dict[str, Any]], dist: Any = None) -> dict[str, Any]:
+               exact: dict[str, Any] | None, rows: list[dict[str, Any]], dist: Any = None,
+               extrapolates: list[str] | None = None) -> dict[str, Any]:
+    """One answer row: the configuration, its prediction (interval included), what was measured of it on
+    the target (`exact`), the evidence it rests on, the memory verdict, why — and `extrapolation`: the
+    reasons the prediction extrapolates (`extrapolates`, from extrapolation(); empty: it interpolates),
+    with `evidence_distance` (recommend's distance units to the nearest recorded run of the exact layout;
+    None: never recorded) and `supported` (a run within anchor.SUPPORT_DISTANCE)."""
     evidence = _evidence(cfg, ctx, rows, dist=dist)
     fit_gpu = pred["fit"][0]
     why = ("ran on this very target; " if exact else "") + (
@@ -535,4 +576,8 @@ def candidate(cfg: dict[str, Any], ctx: CompletedTarget, pred: dict[str, Any], m
         "memory": {"fits": mem.fits, "predicted_peak_memory_gib": mem.predicted_peak_memory_gib,
                    "gpu_memory_gib": mem.gpu_memory_gib, "p_fits": round(p_fits(mem, exact), 3)},
         "why": why,
+        "extrapolates": bool(extrapolates),
+        "extrapolation": list(extrapolates or []),
+        "evidence_distance": pred.get("evidence_distance"),
+        "supported": bool(pred.get("supported")),
     }

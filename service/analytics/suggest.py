@@ -139,7 +139,7 @@ def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, An
                     "predicted": {"tokens_per_sec_per_gpu": p["tokens_per_sec_per_gpu"], "mfu": p["mfu"],
                                   "peak_memory_gib": mem.predicted_peak_memory_gib, "interval": p["interval"]},
                     "expected_improvement": ei, "uncertainty_rel": math.expm1(sigma),
-                    "exploration": not item.worked, "why": why})
+                    "exploration": not item.worked, "why": why, "extrapolation": rec.extrapolation(prep, item)})
         if len(out) >= n:
             break
     return {"target": rec.target_body(prep), "best_recorded": best, "model": prep.fit.describe(),
