@@ -269,6 +269,19 @@ def fetch_rows(session: Session, sql: str) -> list[tuple]:
     return list(raw.execute(sql).fetchall())
 
 
+def fetch_select(session: Session, query: sa.Select) -> tuple[list[str], list[tuple]]:
+    """(column keys, every row as tuples) of the SQLAlchemy `query`, in the session's transaction, through
+    the driver's cursor as fetch_rows: compiled for the session's backend (IN lists expanded), its bound
+    values passed as the driver's parameters. For queries of plain columns (numbers, text, booleans): no
+    SQLAlchemy type processing is applied to the values read (JSON or dates would come back raw)."""
+    conn = session.connection()
+    compiled = query.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
+    params = compiled.params
+    args: Any = tuple(params[name] for name in compiled.positiontup or ()) if compiled.positional else params
+    raw: Any = conn.connection.driver_connection
+    return list(query.selected_columns.keys()), list(raw.execute(str(compiled), args).fetchall())
+
+
 def json_list_contains(session: Session, column: Any, value: str) -> sa.ColumnElement[bool]:
     """The condition "the JSON list of strings in `column` holds `value`" (whole elements) on the
     session's backend: PostgreSQL's jsonb containment (`@>`), DuckDB's json_contains."""

@@ -221,7 +221,8 @@ def card(i: int, c: dict[str, Any], target: dict[str, Any] | None = None) -> Non
                        help=rec.memory_check(c))
         st.markdown(f"**Interval:** {rec.interval_text(c)} tok/s/GPU"
                     + f"  \n**Evidence:** {rec.evidence_text(c, target)}"
-                    + (f"  \n**Why:** {c['why']}" if c.get("why") else ""))
+                    + (f"  \n**Why:** {c['why']}" if c.get("why") else "")
+                    + (f"  \n**Extrapolates:** {'; '.join(c['extrapolation'])}" if c.get("extrapolation") else ""))
 
 
 def next_runs(query: dict[str, Any]) -> None:

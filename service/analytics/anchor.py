@@ -111,10 +111,11 @@ def evidence_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     their cell's best tokens/s/GPU (throughput.cell_key: same target and global batch)."""
     best: dict[tuple, float] = {}
     measured = [r for r in rows if r.get("tokens_per_sec_per_gpu")]
-    for r in measured:
-        key = th.cell_key(r)
+    keys = [th.cell_key(r) for r in measured]
+    for r, key in zip(measured, keys):
         best[key] = max(best.get(key, 0.0), float(r["tokens_per_sec_per_gpu"]))
-    return [r for r in measured if float(r["tokens_per_sec_per_gpu"]) >= ANCHOR_FRACTION * best[th.cell_key(r)]]
+    return [r for r, key in zip(measured, keys)
+            if float(r["tokens_per_sec_per_gpu"]) >= ANCHOR_FRACTION * best[key]]
 
 
 def _family(row: dict[str, Any]) -> tuple:

@@ -34,7 +34,6 @@ from sqlalchemy.orm import Session
 from core import hardware
 from core.model import params_from_dims, resolve_shape
 from service.analytics import recommend as rec
-from service.analytics.anchor import SUPPORT_DISTANCE
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value, names_family
 from service.analytics.target import CompletedTarget, parse_model_params
@@ -149,37 +148,6 @@ def _batch(row: dict[str, Any], seq: int, body: dict[str, Any], notes: list[str]
     return int(gbt // per_step)
 
 
-def extrapolation(prep: rec.Prepared, item: rec.Scored) -> list[str]:
-    """Why the prediction extrapolates (empty when it interpolates): a prior or carried fit, a node
-    count / model size / seq_len outside the fitted group's runs, a layout never recorded."""
-    ctx, fit = prep.ctx, prep.fit
-    why: list[str] = []
-    if fit.status == "prior":
-        why.append("no fit: the documented prior")
-    elif fit.group.get("gpu_type") != ctx.gpu_type:
-        why.append(f"fitted on {fit.group.get('gpu_type')}, carried to {ctx.gpu_type}")
-    group = [r for r in prep.rows if r["gpu_type"] == fit.group.get("gpu_type")
-             and r["framework"] == fit.group.get("framework")]
-    for key, value, text in (("nodes", ctx.nodes, "{:g} nodes"), ("model_size_class", ctx.size_class,
-                                                                     "a {:g}B model"),
-                             ("seq_len", ctx.seq_len, "seq_len {:g}")):
-        seen = [r[key] for r in group if r[key]]
-        if seen and not min(seen) <= value <= max(seen):
-            why.append(f"{text.format(value)}, outside the fitted runs' {min(seen):g}–{max(seen):g}")
-    if group and not any(r["precision"] == ctx.precision for r in group):
-        why.append(f"precision {ctx.precision}: no fitted run in it")
-    d_ev = item.predicted.get("evidence_distance")
-    if d_ev is not None and not item.predicted.get("supported", True):
-        why.append(f"the nearest recorded run of this exact layout is {d_ev:.2f} away (beyond {SUPPORT_DISTANCE:g}: "
-                   "recommend.distance, ln ratios of size, nodes and seq_len, plus the hardware)")
-    elif d_ev is None and item.predicted.get("anchor", {}).get("evidence_distance") is not None:
-        why.append("no recorded run of this exact layout (ZeRO stage, micro-batch): its family's runs anchor it")
-    if item.predicted.get("anchor", {}).get("evidence_distance") is None:
-        why.append(f"no recorded run of the layout TP{item.config['tp']} PP{item.config['pp']} CP{item.config['cp']} "
-                   f"({item.config['recompute']} recompute): the model alone")
-    return why
-
-
 def _model_params(body: dict[str, Any], size_text: str | None, notes: list[str]) -> int:
     """The parameter count to predict for: model_params, else the size text (stored back into
     `body`), else the count from the dims (said in `notes`); ValidationFailed when none is given."""
@@ -263,7 +231,8 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     exact = rec._exact(cfg, ctx, same) or rec._exact(cfg, ctx, prep.rows)
     mem = estimate_memory(rec._run_record(cfg, ctx))
     oom = rec.oom_implied(cfg, ctx, prep.ooms) if exact is None else None
-    answer = rec.candidate(cfg, ctx, item.predicted, mem, exact, prep.rows)
+    answer = rec.candidate(cfg, ctx, item.predicted, mem, exact, prep.rows,
+                           extrapolates=rec.extrapolation(prep, item))
     fits = True if exact is not None else False if oom is not None else mem.fits
     answer["memory"].update(usable_memory_gib=mem.usable_memory_gib, peak_stage=mem.peak_stage,
                             breakdown_gib=mem.breakdown,
@@ -271,7 +240,7 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     notes += _record_notes(ctx, mem, exact, oom)
     if exact is None:
         notes += _ran_with_other_defaults(cfg, ctx, prep.rows, body)
-    why = extrapolation(prep, item)
+    why = answer["extrapolation"]
     model = {**prep.fit.describe(), "extrapolates": bool(why), "extrapolation": why}
     # the model's step-time terms carried to the anchored step time (the evidence's correction scales
     # the whole step: recommend.anchored), so that the breakdown adds up to the predicted step time

@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -51,6 +51,7 @@ from service.analytics.anchor import SUPPORT_DISTANCE, Anchors, interval_halves
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value
 from service.analytics.target import CompletedTarget, Target, complete_target, distance
+from service.db import fetch_select
 from service.errors import BadRequest
 from service.lifecycle import FINISHED
 from service.tables import Run
@@ -87,9 +88,8 @@ def _oom_rows(session: Session, ctx: CompletedTarget) -> list[dict[str, Any]]:
     query = sa.select(*cols, sa.func.min(Run.id).label("run_id")).where(
         Run.status == "oom", Run.retired_at.is_(None), *same,
         sa.or_(Run.error_class.is_(None), Run.error_class.not_in(sorted(HOST_MEMORY_OOM_CLASSES)))).group_by(*cols)
-    result = session.execute(query)
-    keys = list(result.keys())  # (row._mapping builds the key list again for every row)
-    return [dict(zip(keys, r)) for r in result]
+    keys, rows = fetch_select(session, query)
+    return [dict(zip(keys, r)) for r in rows]
 
 
 def oom_implied(cfg: dict[str, Any], ctx: CompletedTarget, ooms: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -194,18 +194,20 @@ def _run_record(cfg: dict[str, Any], ctx: CompletedTarget) -> dict[str, Any]:
 _value = config_value  # (the matching rule lives in on_target, which recommend builds on)
 
 
-def _evidence(cfg: dict[str, Any], ctx: CompletedTarget, rows: list[dict[str, Any]], n: int = 3) -> list[dict]:
-    """The recorded configurations of the same layout nearest to the target (as evidence)."""
+def _evidence(cfg: dict[str, Any], ctx: CompletedTarget, rows: list[dict[str, Any]], n: int = 3,
+              dist: Any = None) -> list[dict]:
+    """The recorded configurations of the same layout nearest to the target (as evidence); `dist`:
+    (row) -> its distance from the target (Prepared.distance; default: target.distance)."""
+    dist = dist or (lambda r: distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type))
     same = [r for r in rows if all(_value(r, f) == cfg[f] for f in LAYOUT_FIELDS)]
     if not same:
         same = [r for r in rows if r["tp"] == cfg["tp"] and r["pp"] == cfg["pp"]]
-    ranked = sorted(same, key=lambda r: (distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type),
-                                         r["first_id"]))
+    ranked = sorted(same, key=lambda r: (dist(r), r["first_id"]))
     return [{"run_id": r["first_id"], "model_size_class": r["model_size_class"], "model_params": r["model_params"],
              "gpu_type": r["gpu_type"], "framework": r["framework"], "nodes": r["nodes"],
              "config": {f: r[f] for f in CONFIG_FIELDS}, "n_runs": r["n_runs"],
              "measured_tokens_per_sec_per_gpu": r["tokens_per_sec_per_gpu"],
-             "distance": distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type)}
+             "distance": dist(r)}
             for r in ranked[:n]]
 
 
@@ -249,6 +251,16 @@ class Prepared:
     notes: list[str]
     cell: on_target.Cell
     measured: on_target.Measured
+    _distances: dict[int, float] = field(default_factory=dict, repr=False)
+
+    def distance(self, r: dict[str, Any]) -> float:
+        """target.distance of configuration row `r` from the request's target, computed once per row of
+        the request (layout_distances, the anchors and the evidence all ask it of the same rows)."""
+        d = self._distances.get(id(r))
+        if d is None:
+            ctx = self.ctx
+            d = self._distances[id(r)] = distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type)
+        return d
 
 
 def prepare(session: Session, target: Target, *, need_batch: bool = True, measured_limit: int = 10) -> Prepared:
@@ -281,20 +293,17 @@ def prepare(session: Session, target: Target, *, need_batch: bool = True, measur
 def layout_distances(prep: Prepared) -> dict[tuple, float]:
     """{LAYOUT_FIELDS values: distance from the target to the nearest recorded run of that exact
     layout} over the request's configuration rows (the evidence distance of interval_halves)."""
-    ctx = prep.ctx
     by_layout: dict[tuple, float] = {}
     for r in prep.rows:
         key = tuple(_value(r, f) for f in LAYOUT_FIELDS)
-        d = distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type)
+        d = prep.distance(r)
         by_layout[key] = min(d, by_layout.get(key, d))
     return by_layout
 
 
 def anchors_for(prep: Prepared) -> Anchors:
     """The evidence anchoring of the request's fit (anchor.Anchors), distances from its target."""
-    ctx = prep.ctx
-    return Anchors(prep.rows, prep.fit, lambda r: distance(r, ctx.size_class, ctx.nodes, ctx.seq_len,
-                                                          ctx.gpu_type),
+    return Anchors(prep.rows, prep.fit, prep.distance,
                    terms_of=lambda r: prep.model.terms_of(r, prep.fit.network_gb_s))
 
 
@@ -472,7 +481,8 @@ def recommend(
     kept.sort(key=lambda e: (-e[0], tie(e[1])))
     out: list[dict[str, Any]] = []
     for _, item, ok in kept[:k]:
-        out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows))
+        out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows, dist=prep.distance,
+                             extrapolates=extrapolation(prep, item)))
     found = prep.measured
     notes = prep.notes + on_target.disagreement_notes(found)
     if found.runs and not out:
@@ -489,12 +499,52 @@ def recorded_on_target(session: Session, ctx: CompletedTarget) -> set[tuple]:
     q = sa.select(*cols).distinct().where(Run.model_size_class == ctx.size_class, Run.nodes == ctx.nodes,
                                           Run.gpu_type == ctx.gpu_type, Run.seq_len == ctx.seq_len,
                                           Run.retired_at.is_(None), FINISHED)
-    return {tuple(_value(dict(zip(CONFIG_FIELDS, r)), f) for f in CONFIG_FIELDS) for r in session.execute(q)}
+    return {tuple(_value(dict(zip(CONFIG_FIELDS, r)), f) for f in CONFIG_FIELDS) for r in fetch_select(session, q)[1]}
+
+
+def extrapolation(prep: Prepared, item: Scored) -> list[str]:
+    """Why the prediction for `item` extrapolates, one reason per string (empty: it interpolates): a prior
+    or a fit carried from another GPU type, a node count / model size / seq_len outside the fitted
+    group's runs, no recorded run of the exact layout within SUPPORT_DISTANCE (anchor.py), a layout
+    family never recorded (the model alone). The one copy of that rule: /recommend's candidates,
+    /suggest's suggestions and /predict say it with these words."""
+    ctx, fit = prep.ctx, prep.fit
+    why: list[str] = []
+    if fit.status == "prior":
+        why.append("no fit: the documented prior")
+    elif fit.group.get("gpu_type") != ctx.gpu_type:
+        why.append(f"fitted on {fit.group.get('gpu_type')}, carried to {ctx.gpu_type}")
+    group = [r for r in prep.rows if r["gpu_type"] == fit.group.get("gpu_type")
+             and r["framework"] == fit.group.get("framework")]
+    for key, value, text in (("nodes", ctx.nodes, "{:g} nodes"), ("model_size_class", ctx.size_class,
+                                                                     "a {:g}B model"),
+                             ("seq_len", ctx.seq_len, "seq_len {:g}")):
+        seen = [r[key] for r in group if r[key]]
+        if seen and not min(seen) <= value <= max(seen):
+            why.append(f"{text.format(value)}, outside the fitted runs' {min(seen):g}–{max(seen):g}")
+    if group and not any(r["precision"] == ctx.precision for r in group):
+        why.append(f"precision {ctx.precision}: no fitted run in it")
+    d_ev = item.predicted.get("evidence_distance")
+    if d_ev is not None and not item.predicted.get("supported", True):
+        why.append(f"no run of this exact layout within {SUPPORT_DISTANCE:g} (nearest {d_ev:.2f}: the |ln| ratios "
+                   "of model size, nodes and seq_len, plus the hardware)")
+    elif d_ev is None and item.predicted.get("anchor", {}).get("evidence_distance") is not None:
+        why.append("no recorded run of this exact layout (ZeRO stage, micro-batch): its family's runs anchor it")
+    if item.predicted.get("anchor", {}).get("evidence_distance") is None:
+        why.append(f"no recorded run of the layout TP{item.config['tp']} PP{item.config['pp']} CP{item.config['cp']} "
+                   f"({item.config['recompute']} recompute): the model alone")
+    return why
 
 
 def candidate(cfg: dict[str, Any], ctx: CompletedTarget, pred: dict[str, Any], mem: Any,
-               exact: dict[str, Any] | None, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    evidence = _evidence(cfg, ctx, rows)
+               exact: dict[str, Any] | None, rows: list[dict[str, Any]], dist: Any = None,
+               extrapolates: list[str] | None = None) -> dict[str, Any]:
+    """One answer row: the configuration, its prediction (interval included), what was measured of it on
+    the target (`exact`), the evidence it rests on, the memory verdict, why — and `extrapolation`: the
+    reasons the prediction extrapolates (`extrapolates`, from extrapolation(); empty: it interpolates),
+    with `evidence_distance` (recommend's distance units to the nearest recorded run of the exact layout;
+    None: never recorded) and `supported` (a run within anchor.SUPPORT_DISTANCE)."""
+    evidence = _evidence(cfg, ctx, rows, dist=dist)
     fit_gpu = pred["fit"][0]
     why = ("ran on this very target; " if exact else "") + (
         f"predicted by the {pred['fit'][2]} model of {pred['fit'][1]} on {fit_gpu}")
@@ -526,4 +576,8 @@ def candidate(cfg: dict[str, Any], ctx: CompletedTarget, pred: dict[str, Any], m
         "memory": {"fits": mem.fits, "predicted_peak_memory_gib": mem.predicted_peak_memory_gib,
                    "gpu_memory_gib": mem.gpu_memory_gib, "p_fits": round(p_fits(mem, exact), 3)},
         "why": why,
+        "extrapolates": bool(extrapolates),
+        "extrapolation": list(extrapolates or []),
+        "evidence_distance": pred.get("evidence_distance"),
+        "supported": bool(pred.get("supported")),
     }

@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 from core.rules import CONFIG_FIELDS
 from service.analytics import recommend as rec
 from service.analytics.target import CompletedTarget
+from service.db import fetch_select
 from service.tables import Run
 
 #: the standard normal's 90th percentile: an 80 % two-sided interval is μ·exp(±Z80·σ)
@@ -50,15 +51,15 @@ def best_recorded(session: Session, ctx: CompletedTarget) -> dict[str, Any] | No
     """The best successful, not retired run of the target (size class, nodes, GPU type, seq_len)."""
     cols = [Run.id, Run.tokens_per_sec_per_gpu, *(getattr(Run, f) for f in CONFIG_FIELDS)]
     # the columns it answers with, not the whole run (57 columns and its JSON, read and hydrated for one row)
-    run = session.execute(
+    _, found = fetch_select(session,
         sa.select(*cols).where(Run.status == "success", Run.retired_at.is_(None), Run.tokens_per_sec_per_gpu > 0,
                                Run.model_size_class == ctx.size_class, Run.nodes == ctx.nodes,
                                Run.gpu_type == ctx.gpu_type, Run.seq_len == ctx.seq_len)
-        .order_by(Run.tokens_per_sec_per_gpu.desc(), Run.id).limit(1)).first()
-    if run is None:
+        .order_by(Run.tokens_per_sec_per_gpu.desc(), Run.id).limit(1))
+    if not found:
         return None
-    return {"id": run.id, "tokens_per_sec_per_gpu": run.tokens_per_sec_per_gpu,
-            "config": {f: getattr(run, f) for f in CONFIG_FIELDS}}
+    run_id, tps, *config = found[0]
+    return {"id": run_id, "tokens_per_sec_per_gpu": tps, "config": dict(zip(CONFIG_FIELDS, config, strict=True))}
 
 
 def expected_improvement(mu: float, best: float, sigma: float) -> float:
@@ -138,7 +139,7 @@ def suggest(session: Session, target: rec.Target, *, n: int = 5) -> dict[str, An
                     "predicted": {"tokens_per_sec_per_gpu": p["tokens_per_sec_per_gpu"], "mfu": p["mfu"],
                                   "peak_memory_gib": mem.predicted_peak_memory_gib, "interval": p["interval"]},
                     "expected_improvement": ei, "uncertainty_rel": math.expm1(sigma),
-                    "exploration": not item.worked, "why": why})
+                    "exploration": not item.worked, "why": why, "extrapolation": rec.extrapolation(prep, item)})
         if len(out) >= n:
             break
     return {"target": rec.target_body(prep), "best_recorded": best, "model": prep.fit.describe(),

@@ -279,9 +279,11 @@ def cell_key(r: dict[str, Any]) -> tuple:
 def competitive(usable: list[tuple[dict[str, Any], Terms]]) -> list[tuple[dict[str, Any], Terms]]:
     """The rows within COMPETITIVE_FRACTION of their cell's best tokens/s/GPU (each cell's best is kept)."""
     best: dict[tuple, float] = {}
-    for r, _ in usable:
-        best[cell_key(r)] = max(best.get(cell_key(r), 0.0), float(r["tokens_per_sec_per_gpu"]))
-    return [(r, t) for r, t in usable if float(r["tokens_per_sec_per_gpu"]) >= COMPETITIVE_FRACTION * best[cell_key(r)]]
+    keys = [cell_key(r) for r, _ in usable]
+    for (r, _), key in zip(usable, keys):
+        best[key] = max(best.get(key, 0.0), float(r["tokens_per_sec_per_gpu"]))
+    return [(r, t) for (r, t), key in zip(usable, keys)
+            if float(r["tokens_per_sec_per_gpu"]) >= COMPETITIVE_FRACTION * best[key]]
 
 
 def fit(rows: list[dict[str, Any]], group: dict[str, Any], network_gb_s: float | None = None, *,

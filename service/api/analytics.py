@@ -194,6 +194,17 @@ class Candidate(BaseModel):
     evidence: list[Evidence]
     memory: dict[str, Any]
     why: str
+    extrapolates: bool = Field(default=False, description="the prediction extrapolates (reasons: extrapolation)")
+    extrapolation: list[str] = Field(default_factory=list, description="why it extrapolates, and from what: a "
+                                     "prior or carried fit; a node count, model size or seq_len outside the fitted "
+                                     "runs'; no recorded run of the exact layout within the support distance; a "
+                                     "layout family never recorded (the model alone)")
+    evidence_distance: float | None = Field(default=None, description="distance (|ln ratio| of size, nodes and "
+                                            "seq_len, plus the hardware) to the nearest recorded run of this exact "
+                                            "layout; null: never recorded")
+    supported: bool = Field(default=False, description="a recorded run of this exact layout lies within the support "
+                                                       "distance (2.0): an unsupported layout's interval reaches "
+                                                       "far lower, and it ranks by that lower end")
 
 
 class MeasuredMemory(BaseModel):

@@ -33,6 +33,8 @@ class Suggestion(BaseModel):
     uncertainty_rel: float = Field(description="the prediction's 1σ as a fraction of it")
     exploration: bool = Field(description="the layout was not run near this target")
     why: str
+    extrapolation: list[str] = Field(default_factory=list, description="why the prediction extrapolates, and from "
+                                     "what (empty: it interpolates); the same reasons as /recommend's candidates")
 
 
 class Suggestions(BaseModel):

@@ -262,5 +262,8 @@ def render_recommendation(body: dict) -> None:
             table.add_row(str(i), _label(c["config"]), pred, f"{100 * p['mfu']:.1f}%", f"{p['peak_memory_gib']:.0f}",
                           "\n".join(ev) or "–")
         console.print(table)
+        for line in render.extrapolation_lines(body["candidates"]):
+            console.print(line)
     for note in body.get("notes", []):
         console.print(f"  note: {note}")
+

@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from core.rules import config_label
+from service.cli import render
 from service.cli.base import (
     FfnHiddenSizeOpt,
     FrameworkOpt,
@@ -192,6 +193,8 @@ def suggest(
                       f"{100 * s['expected_improvement']:.1f}%", f"{p['peak_memory_gib']:.0f}",
                       f"±{100 * s['uncertainty_rel']:.0f}%", "new" if s["exploration"] else "")
     console.print(table)
+    for line in render.extrapolation_lines(body["suggestions"]):
+        console.print(line)
     console.print("EI: expected improvement over the best recorded run (or the best prediction when none is "
                   "recorded); 1σ: the prediction's uncertainty; new: a layout not yet run near this target "
                   "(exploration). Each suggestion's reasons: --json.")

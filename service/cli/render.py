@@ -195,3 +195,17 @@ def sparkline(values: Sequence[float | None], width: int) -> str:
     top = len(SPARK_BARS) - 1
     return "".join(" " if m is None else SPARK_BARS[round((m - lo) / span * top) if span else top // 2]
                    for m in means)
+
+
+def extrapolation_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Which of an answer's rows (/recommend candidates, /suggest suggestions) are predicted by
+    extrapolation, and from what (each row's `extrapolation` reasons): the reasons every row shares
+    once, then each row's own, by its rank (1-based). [] when every row interpolates."""
+    reasons = [list(r.get("extrapolation") or []) for r in rows]
+    shared = [x for x in reasons[0] if all(x in rs for rs in reasons)] if reasons else []
+    lines = ["  extrapolates (every row): " + "; ".join(shared)] if shared else []
+    for i, rs in enumerate(reasons, 1):
+        own = [x for x in rs if x not in shared]
+        if own:
+            lines.append(f"  #{i} extrapolates: " + "; ".join(own))
+    return lines
