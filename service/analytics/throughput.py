@@ -120,8 +120,8 @@ LAUNCH_SMOOTHING = 4.0
 #: forward ~20 — two norms, the QKV, output, MLP-up and MLP-down GEMMs, the attention core (scores GEMM,
 #: fused scale-mask-softmax, dropout, context GEMM, the permute copy), the fused bias-GELU, two fused
 #: bias-dropout-adds, two TP collectives — and a backward of about twice as many (two GEMMs per forward
-#: GEMM, the elementwise gradients, the gradient accumulation into main_grad): 60. A full recompute's extra forward is counted by
-#: layer_passes' 4/3.
+#: GEMM, the elementwise gradients, the gradient accumulation into main_grad): 60. A full recompute's extra
+#: forward is counted by layer_passes' 4/3.
 KERNELS_PER_LAYER_PASS = 60
 #: CPU time to dispatch one kernel from eager PyTorch: Python, autograd recording, the ATen dispatcher and
 #: cudaLaunchKernel, ~10 µs per op (PyTorch "CUDA Graphs" documentation and Nguyen et al. 2021, "Accelerating
