@@ -177,6 +177,11 @@ def resolve_shape(run: Run, notes: list[str]) -> ModelShape:
     return shape
 
 
+#: inferred widths are multiples of this: 8 heads of head_dim 128 — every Llama-3, Qwen2.5 and Mistral width
+#: is (2048, 3072, 4096, 5120, 8192, 16384), so an inferred model can be split over TP up to 8 as real ones
+HIDDEN_QUANTUM = 1024
+
+
 def _infer_width_depth(n: int | None, h: int | None, layers: int | None, emb: int,
                        notes: list[str]) -> tuple[int, int]:
     """(h, layers) when one or both are missing, from model_params n and emb = embedding rows per h
@@ -191,10 +196,14 @@ def _infer_width_depth(n: int | None, h: int | None, layers: int | None, emb: in
     elif h is not None:
         layers = max(1, round((n - emb * h) / (12 * h * h)))
         notes.append(f"num_layers={layers} inferred from model_params and hidden_size (12·L·h² + V·h)")
-    else:  # Llama-family aspect ratio h ≈ 128·L (1B: 2048/16, 8B: 4096/32, 405B: 16384/126)
-        layers = max(1, round((n / (12 * 128 * 128)) ** (1 / 3)))
-        h = 128 * layers
-        notes.append(f"num_layers={layers}, hidden_size={h} inferred from model_params (h ≈ 128·L)")
+    else:  # Llama-family aspect ratio h ≈ 128·L (1B: 2048/16, 8B: 4096/32, 405B: 16384/126), h a multiple of
+        # HIDDEN_QUANTUM (released models' widths are: 8 heads of 128, so TP up to 8 splits them), then the
+        # depth that gives N at that width
+        depth = max(1, round((n / (12 * 128 * 128)) ** (1 / 3)))
+        h = max(HIDDEN_QUANTUM, round(128 * depth / HIDDEN_QUANTUM) * HIDDEN_QUANTUM)
+        layers = max(1, round((n - emb * h) / (12 * h * h)))
+        notes.append(f"num_layers={layers}, hidden_size={h} inferred from model_params (h ≈ 128·L, a multiple of "
+                     f"{HIDDEN_QUANTUM})")
     assert h is not None and layers is not None
     return h, layers
 

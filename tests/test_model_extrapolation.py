@@ -11,6 +11,7 @@ import pytest
 from conftest import playbook_sample
 
 from bench import vtrain_accuracy
+from core.model import resolve_shape
 from ingest.parsers import runs as run_files
 from service import store
 from service.analytics import recommend as rec
@@ -143,3 +144,14 @@ def test_a_run_naming_a_published_model_is_stored_with_its_dims_said_derived(cli
     said = client.post("/api/v1/runs", json={**run, "run_key": "l70-dims", "num_layers": 81}).json()
     stored = client.get(f"/api/v1/runs/{said['id']}").json()
     assert stored["num_layers"] == 81 and stored["hidden_size"] is None and "dims_source" not in (stored["extra"] or {})
+
+
+@pytest.mark.parametrize("billions", [1.34, 8, 70, 80, 175, 405, 469])
+def test_dims_inferred_from_a_size_split_over_tp8_and_give_the_size(billions):
+    """A size alone (no dims): the inferred width is a multiple of 1024 — 8 heads of 128, as every released
+    Llama-3 width — so TP up to 8 splits the heads, and the dims give the size asked within 2 %."""
+    notes: list[str] = []
+    shape = resolve_shape({"model_params": int(billions * 1e9)}, notes)
+    assert shape.h % 1024 == 0 and shape.heads % 8 == 0 and shape.heads * 128 == shape.h
+    assert abs(shape.total_params() / (billions * 1e9) - 1) < 0.02
+    assert any("inferred from model_params" in n for n in notes)

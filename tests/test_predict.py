@@ -154,3 +154,17 @@ def test_predict_cli_at_80_columns(live_api, data_dir, monkeypatch):
     bad = runner.invoke(app, ["predict", "--model", "1.34B", "--nodes", "2", "--dp", "3", "--tp", "2",
                               "--grad-accum-steps", "4"])
     assert bad.exit_code == 1 and "world_size" in bad.output
+
+
+def test_inferred_dims_do_not_rule_a_layout_out(nanotron_client):
+    """A 469B model named by its size alone: the inferred dims are a guess, so a TP they do not divide is
+    costed with a note asking for the model's dims (as /recommend's layouts are not constrained by
+    them); the same TP against dims the question gives is a 422 naming tp."""
+    body = {"model_params": "469B", "nodes": 32, "gpu_type": "H100", "seq_len": 4096, "dp": 1, "tp": 16,
+            "pp": 16, "micro_batch_size": 1, "grad_accum_steps": 256}
+    r = nanotron_client.post("/api/v1/predict", json=body)
+    assert r.status_code == 200, r.text
+    assert any("inferred from model_params" in n and "tp 16" in n for n in r.json()["notes"]), r.json()["notes"]
+    given = nanotron_client.post("/api/v1/predict", json={**body, "num_heads": 136, "hidden_size": 17408,
+                                                          "num_layers": 128})
+    assert given.status_code == 422 and given.json()["error"]["details"][0]["field"] == "tp", given.text

@@ -104,27 +104,35 @@ def _check_record(body: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     return row
 
 
-def _check_model(cfg: dict[str, Any], ctx: CompletedTarget) -> None:
+def _check_model(cfg: dict[str, Any], ctx: CompletedTarget) -> list[str]:
     """Heads divisible by TP (and KV heads by TP, or TP by them), PP ≤ layers, seq_len divisible by
-    CP, for the dims the prediction is costed on (given, recorded or inferred)."""
+    CP, for the dims the prediction is costed on. Dims given or recorded constrain: ValidationFailed
+    naming the field. Dims inferred from model_params do not (recommend's layouts are not constrained
+    by them either: a guess does not rule a layout out): the breach is returned as a note that asks
+    for the model's own dims."""
     inferred: list[str] = []
     model = resolve_shape(ctx.shape_record(), inferred)
-    said = {"num_heads": "num_heads=" in " ".join(inferred), "num_layers": "num_layers=" in " ".join(inferred)}
+    said = " ".join(inferred)
+    notes: list[str] = []
 
-    def dims(name: str, value: int) -> str:
-        return f"{name} {value}" + (" (inferred: pass it)" if said.get(name) else "")
+    def check(name: str, value: int, field: str, bad: bool, why: str) -> None:
+        if not bad:
+            return
+        if f"{name}=" in said:
+            notes.append(f"{name} {value} (inferred from model_params) does not allow {field} {cfg[field]}: {why}; "
+                         "pass your model's dims to check it")
+        else:
+            raise _fail(field, cfg[field], f"{name} {value} {why}")
 
     tp, pp, cp = cfg["tp"], cfg["pp"], cfg["cp"]
-    if model.heads % tp:
-        raise _fail("tp", tp, f"{dims('num_heads', model.heads)} is not divisible by tp {tp}: heads are split "
-                              "across TP ranks")
-    if model.kv % tp and tp % model.kv:
-        raise _fail("tp", tp, f"num_kv_heads {model.kv} and tp {tp}: one must divide the other (KV heads are split "
-                              "across TP ranks, or replicated)")
-    if pp > model.layers:
-        raise _fail("pp", pp, f"{dims('num_layers', model.layers)} < pp {pp}: a stage holds at least one layer")
+    check("num_heads", model.heads, "tp", model.heads % tp != 0,
+          f"is not divisible by tp {tp}: heads are split across TP ranks")
+    check("num_kv_heads", model.kv, "tp", model.kv % tp != 0 and tp % model.kv != 0,
+          f"and tp {tp}: one must divide the other (KV heads are split across TP ranks, or replicated)")
+    check("num_layers", model.layers, "pp", pp > model.layers, f"< pp {pp}: a stage holds at least one layer")
     if ctx.seq_len % cp:
         raise _fail("cp", cp, f"seq_len {ctx.seq_len} is not divisible by cp {cp}")
+    return notes
 
 
 def _batch(row: dict[str, Any], seq: int, body: dict[str, Any], notes: list[str]) -> int:
@@ -215,7 +223,7 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     prep = rec.prepare(session, target, need_batch=False, measured_limit=1)
     ctx = prep.ctx
     cfg = {f: row.get(f) for f in CONFIG_FIELDS}
-    _check_model(cfg, ctx)
+    notes += _check_model(cfg, ctx)
     cfg["grad_accum_steps"] = _batch(row, ctx.seq_len, body, notes)
     ctx.global_batch_tokens = row["dp"] * row["micro_batch_size"] * cfg["grad_accum_steps"] * ctx.seq_len
     items = rec.scored(prep, configs=[cfg])
