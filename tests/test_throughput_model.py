@@ -186,7 +186,10 @@ def test_tp_across_nodes_gets_the_nodes_links_not_one_nic():
     """A TP group spanning nodes holds every GPU of its nodes: its all-reduce runs at the full-node
     network bandwidth (recorded, else the catalog's per-GPU line rate × gpus_per_node × efficiency)."""
     t = tt.terms(_cfg(nodes=2, dp=1, tp=16, grad_accum_steps=256))
-    assert t.tp_inter == 1.0
+    # NCCL's latency model: 2·n_nodes of the ring's 2(t−1) steps cross the network (4 of 30 here)
+    assert t.tp_inter * t.tp_ring_steps == pytest.approx(2 * 2 * t.tp_collectives)
+    assert tt.terms(_cfg(nodes=4, dp=1, tp=32, grad_accum_steps=256)).tp_inter == pytest.approx(4 / 31)
+    assert tt.terms(_cfg(dp=1, tp=8)).tp_inter == 0.0
     assert t.tp_bw == pytest.approx(50e9 * 8 * tt.CATALOG_NETWORK_EFFICIENCY)
     assert tt.terms(_cfg(nodes=2, dp=1, tp=16, grad_accum_steps=256), network_gb_s=300.0).tp_bw == pytest.approx(300e9)
 

@@ -14,9 +14,11 @@ Megatron-LM [NA21] (the physical terms and their sources: service/analytics/thro
         + A_CP · cp_bytes / cp_bw                         exposed ring-attention exchange [UP CP]
         + pp_bytes / pp_bw                                pipeline point-to-point sends [NA21 §2.2]
         + α_pp_x · 2(m + pp − 1) · [stages on other nodes] their latency on the 1F1B critical path
-    t_tp = a_tp · tp_bytes / tp_bw + (α_tp + α_tp_pp·[tp>1, pp>1] + α_tp_x·[tp > node]) · 2(tp−1) · n_tp
+    t_tp = a_tp · tp_bytes / tp_bw + (α_tp + α_tp_pp·[tp>1, pp>1]) · 2(tp−1) · n_tp + α_tp_x · 2·n_nodes · n_tp
                                                           volume, and a latency per ring step (Hockney α–β;
-                                                          Thakur et al. 2005: 2(t−1) steps per all-reduce)
+                                                          Thakur et al. 2005: 2(t−1) steps per all-reduce),
+                                                          more on the 2·n_nodes steps that cross the network
+                                                          when TP spans n_nodes > 1 (NCCL's tuning model)
     τ = smoothmax(t_gpu, κ · layer passes)                one GPU's mean stage: the GPU's work, or the CPU's
                                                           kernel launches when they take longer (κ set:
                                                           LAUNCH_S_PER_LAYER)
@@ -94,9 +96,12 @@ PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_pp", "alpha_tp_x", "a_dp
 #: weakly identified on the sweep (h/tp ≥ 256 everywhere; the full fit drives it to ~0, fits on subsets
 #: anywhere from 10 to 70), and the fallback keeps a GEMM-width effect (e = 0.93·e_max at h/tp = 512).
 #: alpha_tp_x and b_score stay at values set by hand (no competitive run of the sweep has TP across
-#: nodes, none runs without FlashAttention): 30 µs per ring step across nodes (the sweep's TP16 layouts
-#: over 2 nodes, which the fit leaves out as slow, pay ~3 ms per layer per micro-batch more than TP8:
-#: ~0.8 ms per collective over its 30 ring steps) and 45 bytes per score element (Korthikanti et al.'s
+#: nodes, none runs without FlashAttention): 30 µs more on each ring step that crosses the network — NCCL
+#: charges the network's latency to 2·n_nodes of an all-reduce's 2(t−1) steps (src/graph/tuning.cc; its own
+#: figure for a network ring step is 14 µs, hwLat[NET][Ring][Simple]); 30 µs was read off the sweep's TP16
+#: layouts over 2 nodes when every one of the 30 steps paid it, and is kept: vTrain's leave-one-size-out
+#: error is 9.8–9.9 % anywhere from 14 to 60 µs (bench/RESULTS.md, issue 25 third pass) — and 45 bytes
+#: per score element (Korthikanti et al.'s
 #: 5 bytes stored per score element, written and read by the softmax and dropout forward, twice that
 #: backward)
 PRIOR = {"e_max": 0.63, "k_h": 37.0, "a_tp": 0.72, "alpha_tp": 3e-5, "alpha_tp_pp": 4.3e-5, "alpha_tp_x": 3e-5,

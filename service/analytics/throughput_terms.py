@@ -69,8 +69,12 @@ class Terms:
         optimizer step — apart from dp_bytes (the gradients' reduce-scatter), as it cannot overlap
         the backward pass as DDP's bucketed reduction does ([UP "ZeRO-1"]: "an all-gather after the
         optimizer step");
-    tp_inter: 1.0 when the TP group spans nodes (tp > gpus_per_node), else 0.0: its collectives
-        then pay the network's per-message latency, not NVLink's (Hockney's α differs per link);
+    tp_inter: the share of a TP ring all-reduce's 2(t−1) steps that cross the network when the TP group
+        spans nodes (tp > gpus_per_node), else 0.0: NCCL's latency model charges the network's latency to
+        2·n_nodes of those steps and NVLink's to the rest (NVIDIA/nccl src/graph/tuning.cc,
+        ncclTopoTuneModel: ring latency (nsteps − nInterSteps)·intraLat + nInterSteps·interLat,
+        nInterSteps = 2·nNodes for an all-reduce) — n_nodes/(t − 1): 2/15 for TP16 over 2 nodes (Hockney's
+        α differs per link); the throughput model's α_tp_x is paid on those steps only;
     cp_bytes, cp_bw, pp_bytes, pp_bw: context-parallel ring and pipeline point-to-point traffic;
     pp_messages: point-to-point transfers on the 1F1B critical path, 2·(m + pp − 1) (one forward
         activation and one backward gradient per micro-batch through the pipeline's fill and
@@ -326,7 +330,9 @@ def _tp_terms(st: _Step, intra: float, full_node_inter: float) -> dict[str, Any]
             # sequential steps, each paying the link latency α (Thakur, Rabenseifner & Gropp 2005,
             # IJHPCA 19(1), §4: T = 2(p−1)α + 2(p−1)/p·nβ)
             "tp_ring_steps": tp_collectives * 2 * (tp - 1),
-            "tp_in_pipeline": 1.0 if st.pp > 1 and tp > 1 else 0.0, "tp_inter": 1.0 if tp > st.gpn else 0.0}
+            "tp_in_pipeline": 1.0 if st.pp > 1 and tp > 1 else 0.0,
+            # NCCL: 2·n_nodes of the ring's 2(t−1) steps cross the network (tuning.cc, nInterSteps)
+            "tp_inter": (tp // st.gpn) / (tp - 1) if tp > st.gpn else 0.0}
 
 
 def _dp_terms(st: _Step, full_node_inter: float, network_gb_s: float | None,
