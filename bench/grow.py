@@ -60,6 +60,12 @@ def grow(url: str, runs: int) -> dict[str, int]:
         if run_configs is not None:
             with db.session(write=True) as s:
                 run_configs.rebuild(s)
+                try:
+                    from service import run_cells
+                except ImportError:  # a tree without it
+                    pass
+                else:
+                    run_cells.rebuild(s)
         if db.engine.dialect.name == "postgresql":
             with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 conn.execute(sa.text("VACUUM ANALYZE"))

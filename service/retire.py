@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from service import run_configs
+from service import run_cells, run_configs
 from service.errors import BadRequest
 from service.store import FILTER_COLUMNS
 from service.tables import Run, RunStep
@@ -79,7 +79,7 @@ def retire(session: Session, ids: list[int] | None, filters: dict[str, Any] | No
     chosen = list(session.scalars(sa.select(Run.id).where(*conds, Run.retired_at.is_(None)).order_by(Run.id)))
     if chosen:
         now = datetime.now(UTC).replace(tzinfo=None)
-        with run_configs.refreshing(session, [Run.id.in_(chosen)]):
+        with run_configs.refreshing(session, [Run.id.in_(chosen)]), run_cells.refreshing(session, [Run.id.in_(chosen)]):
             session.execute(sa.update(Run).where(*conds, Run.retired_at.is_(None))
                             .values(retired_at=now, retired_reason=reason.strip()))
     return chosen
@@ -90,7 +90,7 @@ def unretire(session: Session, ids: list[int] | None, filters: dict[str, Any] | 
     conds = conditions(ids, filters)
     chosen = list(session.scalars(sa.select(Run.id).where(*conds, Run.retired_at.is_not(None)).order_by(Run.id)))
     if chosen:
-        with run_configs.refreshing(session, [Run.id.in_(chosen)]):
+        with run_configs.refreshing(session, [Run.id.in_(chosen)]), run_cells.refreshing(session, [Run.id.in_(chosen)]):
             session.execute(sa.update(Run).where(*conds, Run.retired_at.is_not(None))
                             .values(retired_at=None, retired_reason=None))
     return chosen
@@ -108,7 +108,7 @@ def delete(session: Session, ids: list[int] | None, filters: dict[str, Any] | No
     refused: deleting everything by accident is not possible)."""
     chosen = matching_ids(session, ids, filters)
     if chosen:
-        with run_configs.refreshing(session, [Run.id.in_(chosen)]):
+        with run_configs.refreshing(session, [Run.id.in_(chosen)]), run_cells.refreshing(session, [Run.id.in_(chosen)]):
             session.execute(sa.delete(Run).where(*conditions(ids, filters), Run.id.in_(chosen)))
         session.execute(sa.delete(RunStep).where(RunStep.run_id.in_(chosen)))  # a live run's series goes with it
     return chosen

@@ -65,7 +65,7 @@ MEMBERSHIP_SQL = ("status = 'success' AND retired_at IS NULL AND precision IS NO
 #: between the backends, PostgreSQL's 470 against DuckDB's 470.0; size classes have 2 significant figures)
 _DOUBLE_COLS = ("model_size_class",)
 #: the CONFIG_COLS of type BOOLEAN: 'true' / 'false' in the key, as both backends cast them to text
-_BOOL_COLS = ("gated_linear_unit",)
+_BOOL_COLS = ("gated_linear_unit", "is_moe")
 
 
 def _key_term(c: str) -> str:
@@ -77,10 +77,11 @@ def _key_term(c: str) -> str:
 KEY_SQL = "md5(concat_ws('|', " + ", ".join(_key_term(c) for c in CONFIG_COLS) + "))"
 
 
-def key_of(values: tuple) -> str:
-    """KEY_SQL of CONFIG_COLS `values` (Python values as stored), computed here."""
+def key_of(values: tuple, cols: tuple[str, ...] = CONFIG_COLS) -> str:
+    """KEY_SQL of CONFIG_COLS `values` (Python values as stored), computed here (`cols`: another summary's
+    key columns, service/run_cells.py's)."""
     parts = []
-    for c, v in zip(CONFIG_COLS, values, strict=True):
+    for c, v in zip(cols, values, strict=True):
         if v is None:
             parts.append("\\N")
         elif c in _BOOL_COLS:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from core.record import RUNNING
-from service import bulk, derive, lifecycle, run_configs, steps
+from service import bulk, derive, lifecycle, run_cells, run_configs, steps
 from service.db import Database, json_list_contains, locked
 from service.errors import BadRequest, Conflict, NotFound, ValidationFailed
 from service.schemas import RunIn
@@ -130,7 +130,8 @@ def store_runs(session: Session, payloads: list[Any]) -> tuple[list[Any], int, i
     if changed:  # a different record under a stored key: the finish of an open run, or a conflict
         payload_of = dict(zip(order, payloads))
         # a finished run enters the per-configuration summary (an open one never is in it)
-        with run_configs.refreshing(session, [Run.run_key.in_(changed)]):
+        with run_configs.refreshing(session, [Run.run_key.in_(changed)]), \
+                run_cells.refreshing(session, [Run.run_key.in_(changed)]):
             stored.update(_finish_open_runs(session, {k: payload_of[k] for k in changed}, by_key, order, now))
     _raise_conflicts(stored, by_key, order)
     new_rows = [r for k, r in by_key.items() if k not in stored]
@@ -154,6 +155,7 @@ def store_runs(session: Session, payloads: list[Any]) -> tuple[list[Any], int, i
     # the per-configuration summary, in this transaction; last, so that a PostgreSQL writer holds the
     # summary rows it shares with a concurrent one for the shortest time before its commit
     run_configs.add(session, [r for r in new_rows if r["run_key"] in ids])
+    run_cells.add(session, [r for r in new_rows if r["run_key"] in ids])
     return [out[k] for k in order], len(ids), len(by_key) - len(ids)
 
 

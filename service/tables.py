@@ -213,6 +213,55 @@ class RunConfig(Base):
     ar_intra_node_gb_s_n: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
+class RunCell(Base):
+    """The finished, not retired runs grouped by what the recommender's cell queries read
+    (service/run_cells.py: what it covers, who keeps it). Group columns as in `runs` (is_moe NULL read as
+    false); aggregates over the group's runs."""
+
+    __tablename__ = "run_cells"
+
+    cell_key: Mapped[str] = mapped_column(String(32), primary_key=True)
+    gpu_type: Mapped[str | None] = mapped_column(String(100))
+    model_size_class: Mapped[float | None] = mapped_column(Double)
+    is_moe: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    nodes: Mapped[int | None] = mapped_column(Integer)
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer)
+    seq_len: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    error_class: Mapped[str | None] = mapped_column(String(64))
+    model_params: Mapped[int | None] = mapped_column(BigInteger)
+    num_layers: Mapped[int | None] = mapped_column(Integer)
+    hidden_size: Mapped[int | None] = mapped_column(Integer)
+    num_heads: Mapped[int | None] = mapped_column(Integer)
+    num_kv_heads: Mapped[int | None] = mapped_column(Integer)
+    ffn_hidden_size: Mapped[int | None] = mapped_column(Integer)
+    vocab_size: Mapped[int | None] = mapped_column(Integer)
+    gated_linear_unit: Mapped[bool | None] = mapped_column(Boolean)
+    framework: Mapped[str | None] = mapped_column(String(200))
+    precision: Mapped[str | None] = mapped_column(String(32))
+    dp: Mapped[int | None] = mapped_column(Integer)
+    tp: Mapped[int | None] = mapped_column(Integer)
+    pp: Mapped[int | None] = mapped_column(Integer)
+    cp: Mapped[int | None] = mapped_column(Integer)
+    ep: Mapped[int | None] = mapped_column(Integer)
+    zero_stage: Mapped[int | None] = mapped_column(Integer)
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    grad_accum_steps: Mapped[int | None] = mapped_column(Integer)
+    recompute: Mapped[str | None] = mapped_column(String(16))
+    # how many runs, the lowest id, the best run (service/ranking.best_order on tokens/s/GPU) and what an
+    # answer shows of it, the run with the highest tokens/s/GPU > 0 (then the lowest id)
+    n_runs: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    min_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    best_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    best_tps: Mapped[float | None] = mapped_column(Double)
+    best_mfu: Mapped[float | None] = mapped_column(Double)
+    best_model_name: Mapped[str | None] = mapped_column(String(200))
+    best_source: Mapped[str | None] = mapped_column(String(64))
+    best_peak_memory_gib: Mapped[float | None] = mapped_column(Double)
+    best_global_batch_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    top_id: Mapped[int | None] = mapped_column(BigInteger)
+
+
 class RunStep(Base):
     """One optimizer step of a live run (DESIGN §9, core/steps.py's STEP_FIELDS): the series behind the
     run page's plot, its jitter and stragglers, and the headline of a run that reports none. Keyed by

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from conftest import REPO, free_port
 from test_api_runs import run
 
+from service import run_cells, run_configs
 from service.tables import Base
 
 RECOMMEND = {"model_params": "8B", "nodes": 2}
@@ -157,8 +158,10 @@ def test_two_serve_processes_on_one_postgresql_see_each_others_writes(pg_session
 
 
 def test_outside_sql_edits_and_deletes_show_in_the_next_answer(client, database):
-    """Nothing is kept between requests: rows changed with SQL behind the service's back are in
-    the very next heatmap and recommend answers (no restart, no rebuild command)."""
+    """Nothing is kept between requests: rows changed with SQL behind the service's back are in the very
+    next heatmap answer (no restart); /recommend reads the summaries the write paths keep in the database
+    (run_configs, run_cells: DESIGN §5), which `scalebook db rebuild-configs` brings up to date after
+    outside SQL — then its answer agrees, with no restart either."""
     ids = {k: client.post("/api/v1/runs", json=run(run_key=k, tokens_per_sec_per_gpu=tps)).json()["id"]
            for k, tps in (("slow", 3000.0), ("fast", 4000.0))}
 
@@ -171,11 +174,20 @@ def test_outside_sql_edits_and_deletes_show_in_the_next_answer(client, database)
 
     cell_best, before, n = best()
     assert cell_best == ids["fast"] and n == 2 and before == 4000.0
+    def rebuild_configs() -> None:  # what `scalebook db rebuild-configs` does
+        with database.session(write=True) as session:
+            run_configs.rebuild(session)
+            run_cells.rebuild(session)
+
     with database.engine.begin() as conn:
         conn.execute(sa.text("UPDATE runs SET tokens_per_sec_per_gpu = 9000 WHERE id = :id"), {"id": ids["slow"]})
+    [cell] = client.get("/api/v1/heatmap").json()["cells"]
+    assert cell["best"]["id"] == ids["slow"]  # the heatmap reads `runs`: at once
+    rebuild_configs()
     cell_best, edited, n = best()
     assert cell_best == ids["slow"] and n == 2 and edited > before
     with database.engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM runs WHERE id = :id"), {"id": ids["slow"]})
+    rebuild_configs()
     assert best() == (ids["fast"], 4000.0, 1)
     assert client.get("/api/v1/runs").json()["total"] == 1

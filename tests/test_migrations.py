@@ -19,7 +19,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from conftest import create_pg_database, drop_pg_database
 
-from service import run_configs, store
+from service import run_cells, run_configs, store
 from service.cli import benchmark as benchtool
 from service.db import Database, alembic_config
 from service.tables import Base
@@ -217,8 +217,12 @@ def test_database_filled_at_earlier_revision_upgrades_intact(empty_url, revision
         if int(revision) >= 18:  # runs written with plain SQL after 0018 are outside SQL: rebuild-configs
             with db.session(write=True) as session:
                 run_configs.rebuild(session)
-        with db.session() as session:  # 0018 filled the summary from the runs stored
+        if int(revision) >= 20:  # (run_cells: 0020)
+            with db.session(write=True) as session:
+                run_cells.rebuild(session)
+        with db.session() as session:  # 0018 and 0020 filled the summaries from the runs stored
             assert run_configs.stored(session) == run_configs.recompute(session)
+            assert run_cells.stored(session) == run_cells.recompute(session) and run_cells.stored(session)
         # and the upgraded database takes new runs through today's code
         with db.session(write=True) as session:
             _, created, _ = store.store_runs(session, list(benchtool.generate_runs(30, 99, prefix="after")))
@@ -228,6 +232,7 @@ def test_database_filled_at_earlier_revision_upgrades_intact(empty_url, revision
         assert len(ids) == len(set(ids)) == 70
         with db.session() as session:  # and today's write path keeps it
             kept, fresh = run_configs.stored(session), run_configs.recompute(session)
+            assert run_cells.stored(session) == run_cells.recompute(session)
         assert kept.keys() == fresh.keys() and len(kept) > 5
     finally:
         db.dispose()

@@ -11,7 +11,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from service import retire, run_configs, store
+from service import retire, run_cells, run_configs, store
 from service.analytics import throughput as th
 from service.cli import benchmark as benchtool
 from service.db import Database
@@ -25,9 +25,11 @@ def synthetic() -> list[dict]:
 
 
 def assert_summary_is_recompute(database: Database) -> dict[str, tuple]:
-    """run_configs == rebuild()'s rows (floats to 1e-9 relative: running sums vs one SUM); returns them."""
+    """run_configs == rebuild()'s rows (floats to 1e-9 relative: running sums vs one SUM), and run_cells
+    (service/run_cells.py, kept by the same write paths) == its rebuild() exactly; returns run_configs'."""
     with database.session() as s:
         kept, fresh = run_configs.stored(s), run_configs.recompute(s)
+        assert run_cells.stored(s) == run_cells.recompute(s)
     assert kept.keys() == fresh.keys()
     for key, row in kept.items():
         for a, b in zip(row, fresh[key], strict=True):
@@ -118,6 +120,8 @@ def test_rebuild_after_outside_sql(database, synthetic):
         assert run_configs.stored(s) != run_configs.recompute(s)
     with database.session(write=True) as s:
         run_configs.rebuild(s)
+        assert run_cells.stored(s) != run_cells.recompute(s)
+        run_cells.rebuild(s)
     assert_summary_is_recompute(database)
 
 
@@ -153,6 +157,7 @@ def test_rebuild_configs_command(database, synthetic, db_url, monkeypatch):
     store.ingest(database, synthetic[:100])
     with database.session(write=True) as s:
         s.execute(sa.text("DELETE FROM run_configs"))
+        s.execute(sa.text("DELETE FROM run_cells"))
     monkeypatch.setenv("SCALEBOOK_DATABASE_URL", db_url)
     database.dispose()
     get_settings.cache_clear()

@@ -37,13 +37,10 @@ from sqlalchemy.orm import Session
 from core import hardware
 from core.families import family_of
 from core.model import model_size_class
-from core.rules import CONFIG_FIELDS
-from service.analytics.heatmap import MOE, metric_expr
+from core.rules import CONFIG_FIELDS, best_key
 from service.analytics.memory import estimate_memory
 from service.db import fetch_select
-from service.lifecycle import FINISHED
-from service.ranking import best_order
-from service.tables import Run
+from service.tables import Run, RunCell
 
 __all__ = ["CONFIG_FIELDS", "DIM_FIELDS", "Cell", "Measured", "config_value", "measured", "names_family"]
 
@@ -51,14 +48,8 @@ __all__ = ["CONFIG_FIELDS", "DIM_FIELDS", "Cell", "Measured", "config_value", "m
 SIZE_DIGITS = 2
 #: the model's dims a target may give (and a recorded run may record)
 DIM_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size")
-#: the most runs of one cell read (a cell holds tens to a few hundred configurations)
-MAX_CELL_RUNS = 2000
 
 _NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+)(?:[eE][+-]?\d+)?\s*[kKmMbBgGtT]?\s*$")
-_COLUMNS = ("id", "model_name", "model_params", "model_size_class", *DIM_FIELDS, "gated_linear_unit", "seq_len",
-            "gpu_type",
-            "gpus_per_node", "nodes", *CONFIG_FIELDS, "global_batch_tokens", "precision", "framework", "source",
-            "tokens_per_sec_per_gpu", "mfu", "mfu_derived", "peak_memory_gib")
 
 
 def significant_digits(value: str | int | float) -> int:
@@ -113,13 +104,13 @@ class Cell:
             return fam.lo_b <= size_class < fam.hi_b
         return size_class == model_size_class(self.model_params)
 
-    def size_filter(self) -> sa.ColumnElement[bool]:
-        """The same condition (holds) on runs.model_size_class, in SQL."""
+    def size_filter(self, column: Any = Run.model_size_class) -> sa.ColumnElement[bool]:
+        """The same condition (holds) on `column` (runs.model_size_class), in SQL."""
         if self.family:
             fam = family_of(self.model_params / 1e9)
-            cond = Run.model_size_class >= fam.lo_b
-            return cond if math.isinf(fam.hi_b) else sa.and_(cond, Run.model_size_class < fam.hi_b)
-        return Run.model_size_class == model_size_class(self.model_params)
+            cond = column >= fam.lo_b
+            return cond if math.isinf(fam.hi_b) else sa.and_(cond, column < fam.hi_b)
+        return column == model_size_class(self.model_params)
 
 
 @dataclass
@@ -143,14 +134,6 @@ class Measured:
                 "success_at_other_seq_len": {("unstated" if k is None else str(k)): v
                                              for k, v in sorted(self.other_seq_lens.items(),
                                                                 key=lambda kv: (kv[0] is None, kv[0] or 0))}}
-
-
-def _cell_conditions(cell: Cell) -> list[sa.ColumnElement[bool]]:
-    """Size (and MoE or dense), nodes, GPU type and GPUs per node of the cell (not the seq_len), runs
-    not retired."""
-    gpu = Run.gpu_type.is_(None) if cell.gpu_type is None else Run.gpu_type == cell.gpu_type
-    return [cell.size_filter(), MOE == cell.moe, Run.nodes == cell.nodes, gpu, Run.retired_at.is_(None), FINISHED,
-            sa.or_(Run.gpus_per_node.is_(None), Run.gpus_per_node == cell.gpus_per_node)]
 
 
 def _conflicts(run: dict[str, Any], dims: dict[str, int | None]) -> bool:
@@ -236,32 +219,30 @@ def _fits_with(record: dict[str, Any]) -> str | None:
     return None
 
 
-def measured(session: Session, cell: Cell, *, precision: str | None, metric: str = "tokens_per_sec_per_gpu",
-             limit: int = 10) -> Measured:
+def measured(session: Session, cell: Cell, *, precision: str | None, limit: int = 10) -> Measured:
     """The successful runs of `cell`, one per distinct configuration, best first as the module
     docstring says, at most `limit` listed (the counts cover all). `precision`: the precision the
     answer is costed in (its runs first). Each listed run: run_id, label (exact size · framework ·
     precision), model_name, model_params, model_size_class, the dims, framework, precision,
     seq_len, gpus_per_node, config {CONFIG_FIELDS}, global_batch_tokens, tokens_per_sec_per_gpu,
-    mfu (mfu_derived, else the reported), peak_memory_gib, n_runs, source, memory (memory_verdict)."""
-    value = metric_expr(metric)
-    mfu = sa.func.coalesce(Run.mfu_derived, Run.mfu)
-    cols = [getattr(Run, c) for c in _COLUMNS]
-    seq = Run.seq_len.is_(None) if cell.seq_len is None else Run.seq_len == cell.seq_len
-    query = (sa.select(*cols).where(*_cell_conditions(cell), seq, Run.status == "success")
-             .order_by(*best_order(value, mfu, Run.id)).limit(MAX_CELL_RUNS))
-    keys, fetched = fetch_select(session, query)  # (SQLAlchemy fetches DuckDB rows one at a time: ~5× slower)
-    rows = [r for r in (dict(zip(keys, row)) for row in fetched) if not _conflicts(r, cell.dims)]
-    # one entry per distinct configuration of one model, framework and precision: its best run
+    mfu (mfu_derived, else the reported), peak_memory_gib, n_runs, source, memory (memory_verdict).
+
+    Read from run_cells (service/run_cells.py: the finished runs grouped, kept in the write transaction)
+    instead of the cell's runs: one query of a few hundred groups for the runs and the counts."""
+    groups = _cell_groups(session, cell)
+    rows = [g for g in groups if g["status"] == "success" and g["seq_len"] == cell.seq_len
+            and not _conflicts(g, cell.dims)]
+    # one entry per distinct configuration of one model, framework and precision: its best run (that of
+    # the group whose best run ranks first: service/ranking's rule, core.rules.best_key), in that order
     seen: dict[tuple, dict[str, Any]] = {}
-    for r in rows:
-        key = (r["model_params"], r["model_size_class"], *(r[d] for d in DIM_FIELDS), r["gated_linear_unit"],
-               r["framework"],
-               r["precision"], config_key(r))
+    for g in sorted(rows, key=lambda g: best_key({"id": g["best_id"], "tokens_per_sec_per_gpu": g["best_tps"],
+                                                  "mfu_derived": g["best_mfu"]})):
+        key = (g["model_params"], g["model_size_class"], *(g[d] for d in DIM_FIELDS), g["gated_linear_unit"],
+               g["framework"], g["precision"], config_key(g))
         if key in seen:
-            seen[key]["n_runs"] += 1
+            seen[key]["n_runs"] += g["n_runs"]
         else:
-            seen[key] = {**r, "n_runs": 1}
+            seen[key] = _best_run(g)
     wanted = hardware.canonical_precision(precision)
     asked = cell.model_params
 
@@ -272,9 +253,38 @@ def measured(session: Session, cell: Cell, *, precision: str | None, metric: str
         return (r["precision"] != wanted, round(near, 6), i)
 
     ranked = [r for _, r in sorted(enumerate(seen.values()), key=order)]
-    out = Measured([_entry(r) for r in ranked[:limit]], n_success=len(rows), n_configurations=len(ranked))
-    _count(session, cell, out)
+    out = Measured([_entry(r) for r in ranked[:limit]], n_success=sum(g["n_runs"] for g in rows),
+                   n_configurations=len(ranked))
+    _count(groups, cell, out)
     return out
+
+
+#: the run_cells columns a cell's answer reads
+_GROUP_COLUMNS = ("model_params", "model_size_class", *DIM_FIELDS, "gated_linear_unit", "seq_len", "gpu_type",
+                  "gpus_per_node", "nodes", *CONFIG_FIELDS, "precision", "framework", "status", "n_runs", "best_id",
+                  "best_tps", "best_mfu", "best_model_name", "best_source", "best_peak_memory_gib",
+                  "best_global_batch_tokens")
+
+
+def _cell_groups(session: Session, cell: Cell) -> list[dict[str, Any]]:
+    """The run_cells groups of the cell: size (and MoE or dense), nodes, GPU type and GPUs per node, every
+    seq_len and status (the groups hold the finished, not retired runs only)."""
+    gpu = RunCell.gpu_type.is_(None) if cell.gpu_type is None else RunCell.gpu_type == cell.gpu_type
+    query = sa.select(*(getattr(RunCell, c) for c in _GROUP_COLUMNS)).where(
+        cell.size_filter(RunCell.model_size_class), RunCell.is_moe == cell.moe, RunCell.nodes == cell.nodes, gpu,
+        sa.or_(RunCell.gpus_per_node.is_(None), RunCell.gpus_per_node == cell.gpus_per_node))
+    keys, fetched = fetch_select(session, query)
+    return [dict(zip(keys, row)) for row in fetched]
+
+
+def _best_run(g: dict[str, Any]) -> dict[str, Any]:
+    """A group's best run as the cell lists it (the columns _entry reads), with the group's run count."""
+    run = {k: g[k] for k in ("model_params", "model_size_class", *DIM_FIELDS, "gated_linear_unit", "seq_len",
+                             "gpu_type", "gpus_per_node", "nodes", *CONFIG_FIELDS, "precision", "framework")}
+    return {**run, "id": g["best_id"], "model_name": g["best_model_name"], "source": g["best_source"],
+            "global_batch_tokens": g["best_global_batch_tokens"], "tokens_per_sec_per_gpu": g["best_tps"],
+            "mfu_derived": g["best_mfu"], "mfu": g["best_mfu"], "peak_memory_gib": g["best_peak_memory_gib"],
+            "n_runs": g["n_runs"]}
 
 
 def _entry(r: dict[str, Any]) -> dict[str, Any]:
@@ -291,11 +301,10 @@ def _entry(r: dict[str, Any]) -> dict[str, Any]:
             "memory": memory_verdict({**r, "gpu_type": r["gpu_type"], "nodes": r["nodes"]})}
 
 
-def _count(session: Session, cell: Cell, out: Measured) -> None:
-    """OOM and other failed runs at the cell's seq_len, successes at other seq_lens (one grouped query)."""
-    query = (sa.select(Run.seq_len, Run.status, sa.func.count()).where(*_cell_conditions(cell))
-             .group_by(Run.seq_len, Run.status))
-    for seq, status, n in fetch_select(session, query)[1]:
+def _count(groups: list[dict[str, Any]], cell: Cell, out: Measured) -> None:
+    """OOM and other failed runs at the cell's seq_len, successes at other seq_lens (from the cell's groups)."""
+    for g in groups:
+        seq, status, n = g["seq_len"], g["status"], g["n_runs"]
         if seq == cell.seq_len:
             if status == "oom":
                 out.n_oom += int(n)

@@ -53,8 +53,7 @@ from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value
 from service.analytics.target import CompletedTarget, Target, complete_target, distance
 from service.db import fetch_select
 from service.errors import BadRequest
-from service.lifecycle import FINISHED
-from service.tables import Run
+from service.tables import RunCell
 
 LAYOUT_FIELDS = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute")
 _RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
@@ -79,15 +78,17 @@ def _oom_rows(session: Session, ctx: CompletedTarget) -> list[dict[str, Any]]:
     distinct configuration. (On PostgreSQL a range of ix_runs_oom, whose key starts with those.)
     A host-memory OOM (core.record.HOST_MEMORY_OOM_CLASSES: the kernel's or cgroup's OOM killer) is
     left out: it says nothing about whether the layout fits in GPU memory; an OOM with no
-    error_class still counts (GPU OOMs were recorded without one before the taxonomy had classes)."""
-    cols = [Run.gpu_type, Run.model_size_class, Run.seq_len, Run.dp, Run.tp, Run.pp, Run.cp, Run.zero_stage,
-            Run.micro_batch_size, Run.recompute]
+    error_class still counts (GPU OOMs were recorded without one before the taxonomy had classes). Read from
+    run_cells (service/run_cells.py), whose groups hold the finished, not retired runs."""
+    C = RunCell
+    cols = [C.gpu_type, C.model_size_class, C.seq_len, C.dp, C.tp, C.pp, C.cp, C.zero_stage, C.micro_batch_size,
+            C.recompute]
     same = [col.is_(None) if value is None else col == value
-            for col, value in ((Run.gpu_type, ctx.gpu_type), (Run.model_size_class, ctx.size_class),
-                               (Run.seq_len, ctx.seq_len))]
-    query = sa.select(*cols, sa.func.min(Run.id).label("run_id")).where(
-        Run.status == "oom", Run.retired_at.is_(None), *same,
-        sa.or_(Run.error_class.is_(None), Run.error_class.not_in(sorted(HOST_MEMORY_OOM_CLASSES)))).group_by(*cols)
+            for col, value in ((C.gpu_type, ctx.gpu_type), (C.model_size_class, ctx.size_class),
+                               (C.seq_len, ctx.seq_len))]
+    query = sa.select(*cols, sa.func.min(C.min_id).label("run_id")).where(
+        C.status == "oom", *same,
+        sa.or_(C.error_class.is_(None), C.error_class.not_in(sorted(HOST_MEMORY_OOM_CLASSES)))).group_by(*cols)
     keys, rows = fetch_select(session, query)
     return [dict(zip(keys, r)) for r in rows]
 
@@ -494,11 +495,11 @@ def recommend(
 
 
 def recorded_on_target(session: Session, ctx: CompletedTarget) -> set[tuple]:
-    """Configurations with any finished run (any status, not retired) on this very target."""
-    cols = [getattr(Run, f) for f in CONFIG_FIELDS]
-    q = sa.select(*cols).distinct().where(Run.model_size_class == ctx.size_class, Run.nodes == ctx.nodes,
-                                          Run.gpu_type == ctx.gpu_type, Run.seq_len == ctx.seq_len,
-                                          Run.retired_at.is_(None), FINISHED)
+    """Configurations with any finished run (any status, not retired) on this very target (run_cells'
+    groups: the finished, not retired runs)."""
+    cols = [getattr(RunCell, f) for f in CONFIG_FIELDS]
+    q = sa.select(*cols).distinct().where(RunCell.model_size_class == ctx.size_class, RunCell.nodes == ctx.nodes,
+                                          RunCell.gpu_type == ctx.gpu_type, RunCell.seq_len == ctx.seq_len)
     return {tuple(_value(dict(zip(CONFIG_FIELDS, r)), f) for f in CONFIG_FIELDS) for r in fetch_select(session, q)[1]}
 
 

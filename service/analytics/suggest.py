@@ -39,7 +39,7 @@ from core.rules import CONFIG_FIELDS
 from service.analytics import recommend as rec
 from service.analytics.target import CompletedTarget
 from service.db import fetch_select
-from service.tables import Run
+from service.tables import RunCell
 
 #: the standard normal's 90th percentile: an 80 % two-sided interval is μ·exp(±Z80·σ)
 Z80 = 1.2816
@@ -48,14 +48,15 @@ _NORM_PDF_C = np.sqrt(2 * np.pi)
 
 
 def best_recorded(session: Session, ctx: CompletedTarget) -> dict[str, Any] | None:
-    """The best successful, not retired run of the target (size class, nodes, GPU type, seq_len)."""
-    cols = [Run.id, Run.tokens_per_sec_per_gpu, *(getattr(Run, f) for f in CONFIG_FIELDS)]
-    # the columns it answers with, not the whole run (57 columns and its JSON, read and hydrated for one row)
+    """The best successful, not retired run of the target (size class, nodes, GPU type, seq_len): the highest
+    tokens/s/GPU > 0, then the lower id — read from run_cells' groups (service/run_cells.py: each group's
+    top_id is that run of its runs, best_tps its tokens/s/GPU)."""
+    C = RunCell
+    cols = [C.top_id, C.best_tps, *(getattr(C, f) for f in CONFIG_FIELDS)]
     _, found = fetch_select(session,
-        sa.select(*cols).where(Run.status == "success", Run.retired_at.is_(None), Run.tokens_per_sec_per_gpu > 0,
-                               Run.model_size_class == ctx.size_class, Run.nodes == ctx.nodes,
-                               Run.gpu_type == ctx.gpu_type, Run.seq_len == ctx.seq_len)
-        .order_by(Run.tokens_per_sec_per_gpu.desc(), Run.id).limit(1))
+        sa.select(*cols).where(C.status == "success", C.top_id.is_not(None), C.model_size_class == ctx.size_class,
+                               C.nodes == ctx.nodes, C.gpu_type == ctx.gpu_type, C.seq_len == ctx.seq_len)
+        .order_by(C.best_tps.desc(), C.top_id).limit(1))
     if not found:
         return None
     run_id, tps, *config = found[0]

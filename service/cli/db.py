@@ -54,19 +54,21 @@ def check() -> None:
 
 @db_app.command("rebuild-configs")
 def rebuild_configs() -> None:
-    """Rebuild run_configs, the per-configuration summary of the successful runs, from `runs`.
+    """Rebuild run_configs (the per-configuration summary of the successful runs) and run_cells (the
+    finished runs grouped for the recommender's cell queries) from `runs`.
 
     Every scalebook write keeps it in its own transaction; this is for runs changed with outside
     SQL (DELETE/UPDATE on `runs` behind scalebook's back), after which /recommend and /suggest would
     read a summary that no longer matches the runs."""
-    from service import run_configs
+    from service import run_cells, run_configs
 
     db = Database(get_settings().url)
     try:
         db.check_schema()
         with db.session(write=True) as session:
             n = run_configs.rebuild(session)
-        console.print(f"run_configs rebuilt: {n:,} configurations")
+            cells = run_cells.rebuild(session)
+        console.print(f"run_configs rebuilt: {n:,} configurations; run_cells: {cells:,} groups")
     except ScalebookError as exc:
         fail(exc.message)
     finally:
