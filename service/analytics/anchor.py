@@ -47,6 +47,7 @@ from scipy.linalg import cho_factor, get_lapack_funcs
 
 from core import hardware
 from service.analytics import throughput as th
+from service.analytics.throughput_terms import as_arrays
 
 #: bounds and fallback of a correlation length, per ln 2 of step (in recommend's distance units, ln
 #: ratios): ρ per doubling between 0.06 and 0.79 (a measured ρ outside is not believed to the end)
@@ -138,11 +139,11 @@ class Anchors:
         groups: dict[tuple, list[tuple[dict[str, Any], float, float]]] = defaultdict(list)
         residuals: list[tuple[dict[str, Any], float]] = []
         terms_of = terms_of or (lambda r: th.config_terms(r, fit.network_gb_s))
-        for r in evidence_rows(rows):
-            t = terms_of(r)
-            if t is None:
-                continue
-            pred = t.tokens_per_gpu / th.step_time(t, fit.params)[0]
+        costed = [(r, t) for r in evidence_rows(rows) if (t := terms_of(r)) is not None]
+        if costed:  # the model's predictions of every evidence row at once (elementwise: the same floats as one
+            arr = as_arrays([t for _, t in costed])  # step_time per row)
+            preds = arr["tokens_per_gpu"] / th.step_time(arr, fit.params)[0]
+        for (r, _), pred in zip(costed, preds.tolist() if costed else []):
             res = math.log(r["tokens_per_sec_per_gpu"] / pred)
             residuals.append((r, res))
             groups[_family(r)].append((r, res, distance(r)))

@@ -196,11 +196,13 @@ _value = config_value  # (the matching rule lives in on_target, which recommend 
 
 
 def _evidence(cfg: dict[str, Any], ctx: CompletedTarget, rows: list[dict[str, Any]], n: int = 3,
-              dist: Any = None) -> list[dict]:
+              dist: Any = None, by_layout: dict[tuple, list[dict[str, Any]]] | None = None) -> list[dict]:
     """The recorded configurations of the same layout nearest to the target (as evidence); `dist`:
-    (row) -> its distance from the target (Prepared.distance; default: target.distance)."""
+    (row) -> its distance from the target (Prepared.distance; default: target.distance); `by_layout`: the
+    rows by their LAYOUT_FIELDS values read as _value reads them (Prepared.rows_by_layout), in row order."""
     dist = dist or (lambda r: distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type))
-    same = [r for r in rows if all(_value(r, f) == cfg[f] for f in LAYOUT_FIELDS)]
+    same = [r for r in rows if all(_value(r, f) == cfg[f] for f in LAYOUT_FIELDS)] if by_layout is None else \
+        by_layout.get(tuple(cfg[f] for f in LAYOUT_FIELDS), [])
     if not same:
         same = [r for r in rows if r["tp"] == cfg["tp"] and r["pp"] == cfg["pp"]]
     ranked = sorted(same, key=lambda r: (dist(r), r["first_id"]))
@@ -253,6 +255,16 @@ class Prepared:
     cell: on_target.Cell
     measured: on_target.Measured
     _distances: dict[int, float] = field(default_factory=dict, repr=False)
+    _by_layout: dict[tuple, list[dict[str, Any]]] | None = field(default=None, repr=False)
+
+    def rows_by_layout(self) -> dict[tuple, list[dict[str, Any]]]:
+        """The request's configuration rows by their LAYOUT_FIELDS values (as _value reads them), in row
+        order: the evidence of each candidate layout, found once per request."""
+        if self._by_layout is None:
+            self._by_layout = {}
+            for r in self.rows:
+                self._by_layout.setdefault(tuple(_value(r, f) for f in LAYOUT_FIELDS), []).append(r)
+        return self._by_layout
 
     def distance(self, r: dict[str, Any]) -> float:
         """target.distance of configuration row `r` from the request's target, computed once per row of
@@ -483,7 +495,7 @@ def recommend(
     out: list[dict[str, Any]] = []
     for _, item, ok in kept[:k]:
         out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows, dist=prep.distance,
-                             extrapolates=extrapolation(prep, item)))
+                             extrapolates=extrapolation(prep, item), by_layout=prep.rows_by_layout()))
     found = prep.measured
     notes = prep.notes + on_target.disagreement_notes(found)
     if found.runs and not out:
@@ -539,13 +551,14 @@ def extrapolation(prep: Prepared, item: Scored) -> list[str]:
 
 def candidate(cfg: dict[str, Any], ctx: CompletedTarget, pred: dict[str, Any], mem: Any,
                exact: dict[str, Any] | None, rows: list[dict[str, Any]], dist: Any = None,
-               extrapolates: list[str] | None = None) -> dict[str, Any]:
+               extrapolates: list[str] | None = None,
+               by_layout: dict[tuple, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """One answer row: the configuration, its prediction (interval included), what was measured of it on
     the target (`exact`), the evidence it rests on, the memory verdict, why — and `extrapolation`: the
     reasons the prediction extrapolates (`extrapolates`, from extrapolation(); empty: it interpolates),
     with `evidence_distance` (recommend's distance units to the nearest recorded run of the exact layout;
     None: never recorded) and `supported` (a run within anchor.SUPPORT_DISTANCE)."""
-    evidence = _evidence(cfg, ctx, rows, dist=dist)
+    evidence = _evidence(cfg, ctx, rows, dist=dist, by_layout=by_layout)
     fit_gpu = pred["fit"][0]
     why = ("ran on this very target; " if exact else "") + (
         f"predicted by the {pred['fit'][2]} model of {pred['fit'][1]} on {fit_gpu}")

@@ -154,7 +154,12 @@ def model_dims(cfg: dict[str, Any]) -> ModelShape:
     """The model's dims (reported, else inferred from model_params as the memory model does). The
     same dims give the same shape: resolved once per distinct dims (_shape) — a request costs
     thousands of configurations of a handful of models. Callers must not mutate it."""
-    return _shape(tuple(get_field(cfg, k) for k in _SHAPE_FIELDS))
+    values = tuple(map(cfg.get, _SHAPE_FIELDS))
+    # get_field's reading (extra, NaN as None) only where it can differ from the plain values: a record with
+    # extra or a float value (the configuration rows and candidates of a request have neither)
+    if cfg.get("extra") is not None or any(isinstance(v, float) for v in values):
+        values = tuple(get_field(cfg, k) for k in _SHAPE_FIELDS)
+    return _shape(values)
 
 
 @functools.lru_cache(maxsize=1024)
