@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -377,7 +378,9 @@ def read_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -
     # column first (~2× faster than one sort on a tuple key)
     fetched = fetch_rows(session, sql)
     for i in reversed(range(len(CONFIG_COLS))):
-        fetched.sort(key=functools.partial(_nulls_last, i))
+        # a column without NULLs sorts by its value itself (the same order as (False, value), C-level key)
+        nulls = any(r[i] is None for r in fetched)
+        fetched.sort(key=functools.partial(_nulls_last, i) if nulls else operator.itemgetter(i))
     keys = [*CONFIG_COLS, "n_runs", "tokens_per_sec_per_gpu", "first_id", "peak_memory_gib"]
     width = len(keys)
     rows: list[dict[str, Any]] = []
