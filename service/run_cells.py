@@ -149,14 +149,20 @@ def add(session: Session, rows: list[dict[str, Any]]) -> None:
                         f"({', '.join('?' * len(keys))})", keys).fetchall()
     for k, *stored_values in found:
         deltas[k] = _merge([deltas[k][0], *stored_values], deltas[k])
+    if len(keys) <= _VALUES_MAX:  # a few groups (a single run): stored ones updated in place, new ones inserted
+        stored_keys = {f[0] for f in found}
+        for k in keys:
+            if k in stored_keys:
+                raw.execute(_UPDATE_ONE, [*deltas[k][1:], k])
+        new = [(k, *deltas[k][0], *deltas[k][1:]) for k in keys if k not in stored_keys]
+        if new:
+            row = "(" + ", ".join("?" * (1 + len(CELL_COLS) + width)) + ")"
+            raw.execute(f"INSERT INTO run_cells ({_TARGET}) VALUES " + ", ".join([row] * len(new)),
+                        [x for m in new for x in m])
+        return
     if found:
         raw.execute(f"DELETE FROM run_cells WHERE cell_key IN ({', '.join('?' * len(found))})", [f[0] for f in found])
     merged = [(k, *deltas[k][0], *deltas[k][1:]) for k in keys]
-    if len(keys) <= _VALUES_MAX:
-        row = "(" + ", ".join("?" * (1 + len(CELL_COLS) + width)) + ")"
-        raw.execute(f"INSERT INTO run_cells ({_TARGET}) VALUES " + ", ".join([row] * len(keys)),
-                    [x for m in merged for x in m])
-        return
     # many groups (a batch): from one registered Arrow view, as bulk.insert (binding ~40 parameters per
     # group costs DuckDB ~1 ms a group)
     global _ARROW
@@ -171,8 +177,10 @@ def add(session: Session, rows: list[dict[str, Any]]) -> None:
         raw.unregister(view)
 
 
-#: DuckDB: the merged rows of up to this many groups inserted as one VALUES list, more from an Arrow view
+#: DuckDB: up to this many groups merged by an UPDATE per stored group and one VALUES list for the new ones;
+#: more by a DELETE of the stored ones and one insert of every merged row from an Arrow view
 _VALUES_MAX = 8
+_UPDATE_ONE = "UPDATE run_cells SET " + ", ".join(f"{c} = ?" for c in VALUE_COLS) + " WHERE cell_key = ?"
 _ARROW = None  # run_cells' Arrow schema, built on first use
 
 
