@@ -119,8 +119,8 @@ def add(session: Session, rows: list[dict[str, Any]]) -> None:
     MEMBERSHIP_SQL does not admit (running) changes nothing. PostgreSQL: one upsert from `runs` (by id,
     merged by _MERGE_SET, in key order). DuckDB (writes serialised by Database.write_lock; reading the
     new runs back is a pass over the row group they landed in, 10–40 ms, and its ON CONFLICT 5–12 ms):
-    the groups' deltas computed here, merged with their stored rows by the same rule (_merge), the
-    merged rows written in place of the old."""
+    the groups' deltas computed here, merged with their stored rows by the same rule (_merge), written
+    back (an UPDATE per stored group for a few groups, a DELETE and an Arrow insert for a batch)."""
     if not rows:
         return
     if session.get_bind().dialect.name == "postgresql":
