@@ -98,16 +98,16 @@ def test_layers_point_one_way():
 
 
 def test_the_backend_is_named_in_few_places():
-    """Outside the database layer, only the bulk insert, the per-configuration summary's merge (one
-    statement on PostgreSQL, UPDATE by key on DuckDB), the user-SQL sandbox, and the heatmap's one
-    query per backend branch on the dialect name."""
+    """Outside the database layer, only the bulk insert, the two summaries' merges (run_configs and
+    run_cells: one statement on PostgreSQL, UPDATE by key on DuckDB), the user-SQL sandbox, and the
+    heatmap's one query per backend branch on the dialect name."""
     branches = {}
     for path in SERVICE.rglob("*.py"):
         n = len(re.findall(r"dialect\.name|\.is_duckdb|db\.dialect ==|dialect == \"", path.read_text()))
         if n:
             branches[module_name(path)] = n
-    outside = set(branches) - {"service.db", "service.bulk", "service.run_configs", "service.analytics.sql",
-                               "service.analytics.heatmap"}
+    outside = set(branches) - {"service.db", "service.bulk", "service.run_configs", "service.run_cells",
+                               "service.analytics.sql", "service.analytics.heatmap"}
     assert outside == set(), branches
 
 
