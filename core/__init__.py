@@ -5,6 +5,7 @@
 - core.hardware: the hardware catalog (cited sources) and the one precision normaliser;
 - core.rules: the config label, the effective MFU and the best-run key;
 - core.families: the fixed grid of model-size families;
+- core.layout: whether a parallel layout (TP, PP, CP) can run a model (heads, KV heads, layers, sequence);
 - core.model: model shape — size class, FLOPs per token, MoE, the parameter count from dims, the
   pipeline stage split.
 

@@ -13,9 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from core.hardware import canonical_precision, peak_tflops
+from core.layout import layout_breaches
 from core.model import ModelShape, params_from_dims, resolve_shape, stage_split
 from core.record import parse_count, parse_param_count
 from core.rules import best_key, config_label, effective_mfu
+from service.analytics.recommend import LayoutOptions, enumerate_layouts
+from service.analytics.target import CompletedTarget
 
 RUN = {"model_name": "custom-8b", "model_params": 8_000_000_000, "seq_len": 4096, "gpu_type": "H100",
        "gpus_per_node": 8, "nodes": 1, "tp": 1, "pp": 1, "cp": 1, "micro_batch_size": 1,
@@ -97,6 +100,36 @@ def test_stage_split_matches_nanotron_and_megatron():
     assert stage_split(sweep_1b, 8, balanced=True) == ([3, 2, 3, 2, 3, 2, 1, 0], 6)
     assert stage_split(sweep_1b, 2, balanced=True)[0][0] == 10  # the sweep's "Local Params"
     assert stage_split(sweep_1b, 3, balanced=False) == ([6, 5, 5], 2)
+
+
+def test_the_one_layout_rule():
+    """core.layout.layout_breaches: each rule breaks on its own dim, an unknown dim does not constrain."""
+    ok = {"num_heads": 32, "num_kv_heads": 8, "num_layers": 16, "seq_len": 4096}
+    assert layout_breaches(tp=8, pp=16, cp=2, **ok) == []
+    assert layout_breaches(tp=16, pp=1, cp=1, **ok) == []  # 8 KV heads, each on 2 of 16 TP ranks
+    assert [b.dim for b in layout_breaches(tp=3, pp=1, cp=1, **ok)] == ["num_heads", "num_kv_heads"]
+    assert [(b.field, b.dim_value) for b in layout_breaches(tp=1, pp=17, cp=3, **ok)] == [("pp", 16), ("cp", 4096)]
+    assert layout_breaches(tp=3, pp=99, cp=1, num_heads=None, num_kv_heads=None, num_layers=None, seq_len=None) == []
+
+
+def test_recommend_and_predict_apply_the_same_layout_rule(nanotron_client):
+    """12 heads in 3 KV groups: TP 2 and 4 split the heads but not the KV groups. /recommend's layouts
+    leave them out (the rule used to be written twice and recommend's copy had no KV rule) and
+    /predict refuses TP 4 naming tp."""
+    ctx = CompletedTarget(model_params=1_000_000_000, nodes=1, gpus_per_node=8, gpu_type="H100-SXM-80GB",
+                          seq_len=4096, precision="bf16", num_layers=12, hidden_size=1536, num_heads=12,
+                          num_kv_heads=3, global_batch_tokens=1 << 20)
+    opts = LayoutOptions(tp=[1, 2, 4, 8], pp=[1, 2], cp=[1], zero_stage=[0], recompute=["none"],
+                         micro_batch_size=[1, 2])
+    assert {c["tp"] for c in enumerate_layouts(ctx, opts)} == {1}
+    body = {"model_params": "1B", "nodes": 1, "gpu_type": "H100", "seq_len": 4096, "dp": 2, "tp": 4,
+            "micro_batch_size": 1, "grad_accum_steps": 128, "num_layers": 12, "hidden_size": 1536,
+            "num_heads": 12, "num_kv_heads": 3, "ffn_hidden_size": 4096, "vocab_size": 32000}
+    r = nanotron_client.post("/api/v1/predict", json=body)
+    assert r.status_code == 422 and r.json()["error"]["details"][0]["field"] == "tp", r.text
+    assert "num_kv_heads 3" in r.json()["error"]["message"]
+    ok = nanotron_client.post("/api/v1/predict", json={**body, "tp": 1, "dp": 8, "grad_accum_steps": 32})
+    assert ok.status_code == 200, ok.text
 
 
 # ------------------------------------------------------------------------------ through the API

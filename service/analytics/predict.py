@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from core import hardware
+from core.layout import layout_breaches
 from core.model import params_from_dims, resolve_shape
 from service.analytics import recommend as rec
 from service.analytics.memory import estimate_memory
@@ -105,33 +106,22 @@ def _check_record(body: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 
 
 def _check_model(cfg: dict[str, Any], ctx: CompletedTarget) -> list[str]:
-    """Heads divisible by TP (and KV heads by TP, or TP by them), PP ≤ layers, seq_len divisible by
-    CP, for the dims the prediction is costed on. Dims given or recorded constrain: ValidationFailed
-    naming the field. Dims inferred from model_params do not (recommend's layouts are not constrained
-    by them either: a guess does not rule a layout out): the breach is returned as a note that asks
-    for the model's own dims."""
+    """The layout rule (core.layout.layout_breaches: heads and KV heads over TP, PP ≤ layers, seq_len
+    over CP) for the dims the prediction is costed on. Dims given or recorded constrain:
+    ValidationFailed naming the field. Dims inferred from model_params do not (recommend's layouts
+    are not constrained by them either: a guess does not rule a layout out): the breach is returned
+    as a note that asks for the model's own dims."""
     inferred: list[str] = []
     model = resolve_shape(ctx.shape_record(), inferred)
     said = " ".join(inferred)
     notes: list[str] = []
-
-    def check(name: str, value: int, field: str, bad: bool, why: str) -> None:
-        if not bad:
-            return
-        if f"{name}=" in said:
-            notes.append(f"{name} {value} (inferred from model_params) does not allow {field} {cfg[field]}: {why}; "
-                         "pass your model's dims to check it")
+    for b in layout_breaches(tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"], num_heads=model.heads,
+                             num_kv_heads=model.kv, num_layers=model.layers, seq_len=ctx.seq_len):
+        if f"{b.dim}=" in said:
+            notes.append(f"{b.dim} {b.dim_value} (inferred from model_params) does not allow {b.field} "
+                         f"{cfg[b.field]}: {b.why}; pass your model's dims to check it")
         else:
-            raise _fail(field, cfg[field], f"{name} {value} {why}")
-
-    tp, pp, cp = cfg["tp"], cfg["pp"], cfg["cp"]
-    check("num_heads", model.heads, "tp", model.heads % tp != 0,
-          f"is not divisible by tp {tp}: heads are split across TP ranks")
-    check("num_kv_heads", model.kv, "tp", model.kv % tp != 0 and tp % model.kv != 0,
-          f"and tp {tp}: one must divide the other (KV heads are split across TP ranks, or replicated)")
-    check("num_layers", model.layers, "pp", pp > model.layers, f"< pp {pp}: a stage holds at least one layer")
-    if ctx.seq_len % cp:
-        raise _fail("cp", cp, f"seq_len {ctx.seq_len} is not divisible by cp {cp}")
+            raise _fail(b.field, cfg[b.field], f"{b.dim} {b.dim_value} {b.why}")
     return notes
 
 

@@ -43,6 +43,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from core.layout import layout_breaches
 from core.model import model_size_class
 from core.record import HOST_MEMORY_OOM_CLASSES
 from service.analytics import on_target
@@ -134,18 +135,16 @@ def layout_options(ctx: CompletedTarget, rows: list[dict[str, Any]]) -> LayoutOp
 
 
 def _model_splits(ctx: CompletedTarget, opts: LayoutOptions) -> Iterator[tuple[int, int, int, int]]:
-    """(tp, pp, cp, dp) that divide the world size (TP·PP·CP, DP the rest), the heads (TP), the
-    layers (PP ≤ L) and the sequence (CP); dims the target does not give do not constrain."""
-    world, seq = ctx.world_size, ctx.seq_len
-    heads, layers = ctx.num_heads, ctx.num_layers
+    """(tp, pp, cp, dp) whose TP·PP·CP divides the world size (DP the rest) and that the model can run
+    (core.layout.layout_breaches: heads and KV heads over TP, PP ≤ layers, the sequence over CP);
+    dims the target does not give do not constrain."""
+    world = ctx.world_size
     for tp in opts.tp:
-        if world % tp or (heads and heads % tp):
-            continue
         for pp in opts.pp:
-            if world % (tp * pp) or (layers and pp > layers):
-                continue
             for cp in opts.cp:
-                if world % (tp * pp * cp) or seq % cp:
+                if world % (tp * pp * cp) or layout_breaches(
+                        tp=tp, pp=pp, cp=cp, num_heads=ctx.num_heads, num_kv_heads=ctx.num_kv_heads,
+                        num_layers=ctx.num_layers, seq_len=ctx.seq_len):
                     continue
                 yield tp, pp, cp, world // (tp * pp * cp)
 
