@@ -316,7 +316,7 @@ def layout_distances(prep: Prepared) -> dict[tuple, float]:
 def anchors_for(prep: Prepared) -> Anchors:
     """The evidence anchoring of the request's fit (anchor.Anchors), distances from its target."""
     return Anchors(prep.rows, prep.fit, prep.distance,
-                   terms_of=lambda r: prep.model.terms_of(r, prep.fit.network_gb_s))
+                   terms_of=lambda rows: prep.model.terms_table(rows, prep.fit.network_gb_s))
 
 
 def predicted_for(prep: Prepared, cfg: dict[str, Any], anchors: Anchors | None,
@@ -326,13 +326,28 @@ def predicted_for(prep: Prepared, cfg: dict[str, Any], anchors: Anchors | None,
     interval of anchor.interval_halves for the distance to the nearest recorded run of its exact
     layout (`by_layout`: layout_distances). Adds `evidence_distance` (None: never recorded) and
     `supported`. Raises ValueError when the configuration cannot be costed."""
-    layout = tuple(cfg[f] for f in LAYOUT_FIELDS)
-    d_ev = by_layout.get(layout)
-    pred = prep.model.predict(_run_record(cfg, prep.ctx), prep.ctx.framework)
-    corr = anchors.correction(cfg) if anchors is not None else (0.0, None, 1.0)
-    out = anchored(pred, *corr, prep.fit.loo_log_q80, evidence_distance=d_ev)
-    out["evidence_distance"] = d_ev
-    out["supported"] = d_ev is not None and d_ev <= SUPPORT_DISTANCE
+    out = predicted_many(prep, [cfg], anchors, by_layout)[0]
+    if out is None:  # the model says why
+        prep.model.predict(_run_record(cfg, prep.ctx), prep.ctx.framework)
+        raise ValueError("the configuration cannot be costed")
+    return out
+
+
+def predicted_many(prep: Prepared, cfgs: list[dict[str, Any]], anchors: Anchors | None,
+                   by_layout: dict[tuple, float]) -> list[dict[str, Any] | None]:
+    """predicted_for() of each configuration in `cfgs`, the model's predictions and the anchors'
+    corrections computed as arrays (Model.predict_many, Anchors.corrections); None for one the model
+    cannot cost."""
+    preds = prep.model.predict_many([_run_record(cfg, prep.ctx) for cfg in cfgs], prep.ctx.framework)
+    costed = [i for i, pred in enumerate(preds) if pred is not None]
+    corrs = anchors.corrections([cfgs[i] for i in costed]) if anchors is not None else [(0.0, None, 1.0)] * len(costed)
+    out: list[dict[str, Any] | None] = [None] * len(cfgs)
+    for i, corr in zip(costed, corrs):
+        d_ev = by_layout.get(tuple(cfgs[i][f] for f in LAYOUT_FIELDS))
+        item = anchored(preds[i], *corr, prep.fit.loo_log_q80, evidence_distance=d_ev)  # type: ignore[arg-type]
+        item["evidence_distance"] = d_ev
+        item["supported"] = d_ev is not None and d_ev <= SUPPORT_DISTANCE
+        out[i] = item
     return out
 
 
@@ -354,13 +369,11 @@ def scored(prep: Prepared, skip: set[tuple] | None = None, *, anchor: bool = Tru
     worked = {tuple(_value(r, f) for f in LAYOUT_FIELDS) for r in same
               if r["nodes"] and abs(math.log(r["nodes"] / ctx.nodes)) <= gap + WORKED_NODES_SLACK}
     anchors = anchors_for(prep) if anchor else None
+    cfgs = [cfg for cfg in (layouts(ctx, rows) if configs is None else configs)
+            if not (skip and tuple(cfg[f] for f in CONFIG_FIELDS) in skip)]
     out = []
-    for cfg in layouts(ctx, rows) if configs is None else configs:
-        if skip and tuple(cfg[f] for f in CONFIG_FIELDS) in skip:
-            continue
-        try:
-            pred = predicted_for(prep, cfg, anchors, by_layout)
-        except ValueError:
+    for cfg, pred in zip(cfgs, predicted_many(prep, cfgs, anchors, by_layout)):
+        if pred is None:
             continue
         d_ev = pred["evidence_distance"]
         widen = MAX_WIDEN if d_ev is None else min(d_ev, MAX_WIDEN)
