@@ -91,3 +91,24 @@ def test_recommend_scores_in_arrays_equal_one_at_a_time(database, data_dir):
                                                                    for c in cfgs]
     assert [(s.config, s.predicted) for s in rec.scored(prep)] == [
         (c, rec.predicted_for(prep, c, anchors, by_layout)) for c in cfgs]
+
+
+def test_distances_in_arrays_equal_the_formula_row_by_row(database, data_dir):
+    """target.distances (every row at once) against the module docstring's formula per row: |ln| ratios of
+    size class, nodes and seq_len (0 where a side is unknown) plus the hardware penalty, rounded to 4."""
+    from service.analytics import target as tg
+
+    rows = _rows(database, data_dir)
+    rows = rows + [{**rows[0], "model_size_class": None}, {**rows[1], "nodes": None, "seq_len": 0},
+                   {**rows[2], "gpu_type": "A100-SXM-80GB"}, {**rows[3], "gpu_type": "MI300X"}]
+
+    def log_ratio(a, b):
+        return abs(math.log(a / b)) if a and b else 0.0
+
+    for size, nodes, seq, gpu in ((8.0, 8, 4096, "H100-SXM-80GB"), (1.34, 2, None, None), (70.0, 16, 8192, "MI300X")):
+        want = [round(log_ratio(r["model_size_class"], size) + log_ratio(r["nodes"], nodes)
+                      + log_ratio(r["seq_len"], seq) + tg.hw_penalty(gpu, r["gpu_type"]), 4) for r in rows]
+        assert tg.distances(rows, size, nodes, seq, gpu) == want
+        assert [tg.distance(r, size, nodes, seq, gpu) for r in rows] == want
+        ranked = tg.ranked_rows(rows, size, nodes, seq, gpu)
+        assert ranked == sorted(rows, key=lambda r: (want[rows.index(r)], -r["n_runs"]))

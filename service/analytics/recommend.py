@@ -51,7 +51,7 @@ from service.analytics import throughput as th
 from service.analytics.anchor import SUPPORT_DISTANCE, Anchors, interval_halves
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value
-from service.analytics.target import CompletedTarget, Target, complete_target, distance
+from service.analytics.target import CompletedTarget, Target, complete_target, distance, distances
 from service.db import fetch_select
 from service.errors import BadRequest
 from service.tables import RunCell
@@ -268,9 +268,12 @@ class Prepared:
     def distance(self, r: dict[str, Any]) -> float:
         """target.distance of configuration row `r` from the request's target, computed once per row of
         the request (layout_distances, the anchors and the evidence all ask it of the same rows)."""
+        ctx = self.ctx
+        if not self._distances:  # every row's at once (target.distances)
+            self._distances = dict(zip(map(id, self.rows), distances(self.rows, ctx.size_class, ctx.nodes, ctx.seq_len,
+                                                                     ctx.gpu_type)))
         d = self._distances.get(id(r))
         if d is None:
-            ctx = self.ctx
             d = self._distances[id(r)] = distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type)
         return d
 
