@@ -49,10 +49,12 @@ def flops_per_token(n_params: float, num_layers: int | None, hidden_size: int | 
     the hardware executes one more forward: 8·N + 16·L·h·s. Without L, h or s: 6·N (8·N), "6N".
     """
     dense = (8.0 if recompute_full else 6.0) * n_params
-    if num_layers and hidden_size and seq_len:
-        attn = (16.0 if recompute_full else 12.0) * num_layers * hidden_size * seq_len
-        return dense + attn, "6N+12Lhs"
-    return dense, "6N"
+    if num_layers is None or hidden_size is None or seq_len is None:
+        return dense, "6N"
+    # a dim of 0 makes the attention term 0 (6N); elementwise when the arguments are arrays of many
+    # configurations (service/analytics/throughput_terms.terms_table)
+    attn = (16.0 if recompute_full else 12.0) * num_layers * hidden_size * seq_len
+    return dense + attn, "6N" if isinstance(attn, float) and not attn else "6N+12Lhs"
 
 
 _ACTIVE = re.compile(r"(?:^|[-_ .])a(\d+(?:\.\d+)?)b(?:$|[-_ .)])", re.IGNORECASE)

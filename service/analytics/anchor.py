@@ -47,7 +47,6 @@ from scipy.linalg import cho_factor, get_lapack_funcs
 
 from core import hardware
 from service.analytics import throughput as th
-from service.analytics.throughput_terms import as_arrays
 
 #: bounds and fallback of a correlation length, per ln 2 of step (in recommend's distance units, ln
 #: ratios): ρ per doubling between 0.06 and 0.79 (a measured ρ outside is not believed to the end)
@@ -133,17 +132,19 @@ class Anchors:
 
     rows: load_configs' dicts; fit: the fit the candidates are predicted with; distance: a
     function (row) -> distance of the row from the target (recommend.distance, bound); terms_of:
-    (row) -> its Terms (default th.config_terms under the fit's network: pass Model.terms_of's memo)."""
+    (rows) -> their terms as th.rows_terms gives them (default th.rows_terms under the fit's network: pass
+    Model.terms_table, which costs the request's rows once)."""
 
     def __init__(self, rows: list[dict[str, Any]], fit: th.Fit, distance: Any, terms_of: Any = None):
         groups: dict[tuple, list[tuple[dict[str, Any], float, float]]] = defaultdict(list)
         residuals: list[tuple[dict[str, Any], float]] = []
-        terms_of = terms_of or (lambda r: th.config_terms(r, fit.network_gb_s))
-        costed = [(r, t) for r in evidence_rows(rows) if (t := terms_of(r)) is not None]
-        if costed:  # the model's predictions of every evidence row at once (elementwise: the same floats as one
-            arr = as_arrays([t for _, t in costed])  # step_time per row)
-            preds = arr["tokens_per_gpu"] / th.step_time(arr, fit.params)[0]
-        for (r, _), pred in zip(costed, preds.tolist() if costed else []):
+        terms_of = terms_of or (lambda rs: th.rows_terms(rs, fit.network_gb_s))
+        evidence = evidence_rows(rows)
+        # the model's predictions of every evidence row at once (elementwise: the same floats as one
+        # step_time per row)
+        arr, kept = terms_of(evidence)
+        preds = (arr["tokens_per_gpu"] / th.step_time(arr, fit.params)[0]).tolist() if kept else []
+        for r, pred in zip([evidence[i] for i in kept], preds):
             res = math.log(r["tokens_per_sec_per_gpu"] / pred)
             residuals.append((r, res))
             groups[_family(r)].append((r, res, distance(r)))
@@ -192,27 +193,42 @@ class Anchors:
         simple-kriging variance (1 + η − kᵀ(K + ηI)⁻¹k)/(1 + η) [Hengl et al. 2007] — smaller
         with more and nearer evidence (e.g. the layout recorded on both sides of the target), 1
         without any."""
-        key = _family(cfg)
-        if key not in self._arrays:
-            return 0.0, None, 1.0
-        res, d, ln_mbs, zero = self._arrays[key]
+        return self.corrections([cfg])[0]
+
+    def corrections(self, cfgs: list[dict[str, Any]]) -> list[tuple[float, float | None, float]]:
+        """correction() of each candidate in `cfgs`, computed per layout family as arrays (candidates ×
+        the family's evidence)."""
+        out: list[tuple[float, float | None, float]] = [(0.0, None, 1.0)] * len(cfgs)
+        families: dict[tuple, list[int]] = defaultdict(list)
+        for i, cfg in enumerate(cfgs):
+            families[_family(cfg)].append(i)
         lam = self.lengths
-        # scaled_distance for every row of the family at once (a missing micro-batch counts 0, as there)
-        mbs = np.nan_to_num(np.abs(ln_mbs - math.log(cfg["micro_batch_size"])))
-        dists = (d / lam["target"].length + mbs / lam["mbs"].length
-                 + (zero != cfg["zero_stage"]).astype(float) / lam["zero"].length)
-        w = np.exp(-dists)
-        d0 = float(dists.min())
-        near, factor = self._kriging[key]
-        k = w[near]
-        var = (1.0 + NUGGET - float(k @ _cho_solve(factor, k))) / (1.0 + NUGGET)
-        return float(math.exp(-d0) * (w @ res) / w.sum()), d0, min(1.0, max(NUGGET / (1.0 + NUGGET), var))
+        for key, idx in families.items():
+            if key not in self._arrays:
+                continue
+            res, d, ln_mbs, zero = self._arrays[key]
+            cand_mbs = np.array([math.log(cfgs[i]["micro_batch_size"]) for i in idx])[:, None]
+            cand_zero = np.array([cfgs[i]["zero_stage"] for i in idx])[:, None]
+            # scaled_distance of every (candidate, evidence row) pair (a missing micro-batch counts 0, as there)
+            mbs = np.nan_to_num(np.abs(ln_mbs - cand_mbs))
+            dists = (d / lam["target"].length + mbs / lam["mbs"].length
+                     + (zero != cand_zero).astype(float) / lam["zero"].length)
+            w = np.exp(-dists)
+            d0 = dists.min(axis=1)
+            near, factor = self._kriging[key]
+            # (the solves and dot products one candidate at a time, each on a vector of its own: LAPACK and
+            # BLAS sum in another order for a matrix than for a vector, and the answers keep their last bits)
+            for row, i in enumerate(idx):
+                k = w[row][near]
+                var = (1.0 + NUGGET - float(k @ _cho_solve(factor, k))) / (1.0 + NUGGET)
+                corr = math.exp(-d0[row]) * float(w[row] @ res) / float(w[row].sum())
+                out[i] = corr, float(d0[row]), min(1.0, max(NUGGET / (1.0 + NUGGET), var))
+        return out
 
 
 def _cho_solve(factor: tuple[np.ndarray, bool], b: np.ndarray) -> np.ndarray:
-    """scipy.linalg.cho_solve(factor, b) for a finite factor and vector (LAPACK potrs, as cho_solve
-    calls it): the same floats without its argument checks and batching wrapper, ~0.04–0.1 ms a call
-    that /recommend pays once per candidate layout (~650)."""
+    """scipy.linalg.cho_solve(factor, b) for a finite factor and vector or matrix (LAPACK potrs, as
+    cho_solve calls it): the same floats without its argument checks and batching wrapper."""
     c, lower = factor
     potrs, = get_lapack_funcs(("potrs",), (c, b))
     x, info = potrs(c, b, lower=lower)

@@ -51,7 +51,7 @@ from service.analytics import throughput as th
 from service.analytics.anchor import SUPPORT_DISTANCE, Anchors, interval_halves
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value
-from service.analytics.target import CompletedTarget, Target, complete_target, distance
+from service.analytics.target import CompletedTarget, Target, complete_target, distance, distances
 from service.db import fetch_select
 from service.errors import BadRequest
 from service.tables import RunCell
@@ -268,9 +268,12 @@ class Prepared:
     def distance(self, r: dict[str, Any]) -> float:
         """target.distance of configuration row `r` from the request's target, computed once per row of
         the request (layout_distances, the anchors and the evidence all ask it of the same rows)."""
+        ctx = self.ctx
+        if not self._distances:  # every row's at once (target.distances)
+            self._distances = dict(zip(map(id, self.rows), distances(self.rows, ctx.size_class, ctx.nodes, ctx.seq_len,
+                                                                     ctx.gpu_type)))
         d = self._distances.get(id(r))
         if d is None:
-            ctx = self.ctx
             d = self._distances[id(r)] = distance(r, ctx.size_class, ctx.nodes, ctx.seq_len, ctx.gpu_type)
         return d
 
@@ -316,7 +319,7 @@ def layout_distances(prep: Prepared) -> dict[tuple, float]:
 def anchors_for(prep: Prepared) -> Anchors:
     """The evidence anchoring of the request's fit (anchor.Anchors), distances from its target."""
     return Anchors(prep.rows, prep.fit, prep.distance,
-                   terms_of=lambda r: prep.model.terms_of(r, prep.fit.network_gb_s))
+                   terms_of=lambda rows: prep.model.terms_table(rows, prep.fit.network_gb_s))
 
 
 def predicted_for(prep: Prepared, cfg: dict[str, Any], anchors: Anchors | None,
@@ -326,13 +329,28 @@ def predicted_for(prep: Prepared, cfg: dict[str, Any], anchors: Anchors | None,
     interval of anchor.interval_halves for the distance to the nearest recorded run of its exact
     layout (`by_layout`: layout_distances). Adds `evidence_distance` (None: never recorded) and
     `supported`. Raises ValueError when the configuration cannot be costed."""
-    layout = tuple(cfg[f] for f in LAYOUT_FIELDS)
-    d_ev = by_layout.get(layout)
-    pred = prep.model.predict(_run_record(cfg, prep.ctx), prep.ctx.framework)
-    corr = anchors.correction(cfg) if anchors is not None else (0.0, None, 1.0)
-    out = anchored(pred, *corr, prep.fit.loo_log_q80, evidence_distance=d_ev)
-    out["evidence_distance"] = d_ev
-    out["supported"] = d_ev is not None and d_ev <= SUPPORT_DISTANCE
+    out = predicted_many(prep, [cfg], anchors, by_layout)[0]
+    if out is None:  # the model says why
+        prep.model.predict(_run_record(cfg, prep.ctx), prep.ctx.framework)
+        raise ValueError("the configuration cannot be costed")
+    return out
+
+
+def predicted_many(prep: Prepared, cfgs: list[dict[str, Any]], anchors: Anchors | None,
+                   by_layout: dict[tuple, float]) -> list[dict[str, Any] | None]:
+    """predicted_for() of each configuration in `cfgs`, the model's predictions and the anchors'
+    corrections computed as arrays (Model.predict_many, Anchors.corrections); None for one the model
+    cannot cost."""
+    preds = prep.model.predict_many([_run_record(cfg, prep.ctx) for cfg in cfgs], prep.ctx.framework)
+    costed = [i for i, pred in enumerate(preds) if pred is not None]
+    corrs = anchors.corrections([cfgs[i] for i in costed]) if anchors is not None else [(0.0, None, 1.0)] * len(costed)
+    out: list[dict[str, Any] | None] = [None] * len(cfgs)
+    for i, corr in zip(costed, corrs):
+        d_ev = by_layout.get(tuple(cfgs[i][f] for f in LAYOUT_FIELDS))
+        item = anchored(preds[i], *corr, prep.fit.loo_log_q80, evidence_distance=d_ev)  # type: ignore[arg-type]
+        item["evidence_distance"] = d_ev
+        item["supported"] = d_ev is not None and d_ev <= SUPPORT_DISTANCE
+        out[i] = item
     return out
 
 
@@ -354,13 +372,11 @@ def scored(prep: Prepared, skip: set[tuple] | None = None, *, anchor: bool = Tru
     worked = {tuple(_value(r, f) for f in LAYOUT_FIELDS) for r in same
               if r["nodes"] and abs(math.log(r["nodes"] / ctx.nodes)) <= gap + WORKED_NODES_SLACK}
     anchors = anchors_for(prep) if anchor else None
+    cfgs = [cfg for cfg in (layouts(ctx, rows) if configs is None else configs)
+            if not (skip and tuple(cfg[f] for f in CONFIG_FIELDS) in skip)]
     out = []
-    for cfg in layouts(ctx, rows) if configs is None else configs:
-        if skip and tuple(cfg[f] for f in CONFIG_FIELDS) in skip:
-            continue
-        try:
-            pred = predicted_for(prep, cfg, anchors, by_layout)
-        except ValueError:
+    for cfg, pred in zip(cfgs, predicted_many(prep, cfgs, anchors, by_layout)):
+        if pred is None:
             continue
         d_ev = pred["evidence_distance"]
         widen = MAX_WIDEN if d_ev is None else min(d_ev, MAX_WIDEN)

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
 from sqlalchemy.orm import Session
 
 from core import hardware
@@ -73,14 +74,33 @@ def hw_penalty(target_gpu: str | None, gpu: str | None) -> float:
     return 0.5 if a and b and a.vendor == b.vendor else 1.0
 
 
-def _log_ratio(a: float | None, b: float | None) -> float:
-    return abs(math.log(a / b)) if a and b else 0.0
-
-
 def distance(row: dict[str, Any], size_class: float | None, nodes: int, seq: int | None, gpu: str | None) -> float:
     """Distance of a recorded configuration row from the target (module docstring)."""
-    return round(_log_ratio(row.get("model_size_class"), size_class) + _log_ratio(row.get("nodes"), nodes)
-                 + _log_ratio(row.get("seq_len"), seq) + hw_penalty(gpu, row.get("gpu_type")), 4)
+    return distances([row], size_class, nodes, seq, gpu)[0]
+
+
+def distances(rows: list[dict[str, Any]], size_class: float | None, nodes: int, seq: int | None,
+              gpu: str | None) -> list[float]:
+    """distance() of each row, as arrays: |ln ratio| of size class, nodes and seq_len (0 where either side
+    is unknown or 0) plus hw_penalty, rounded to 4 decimals (Python's round, per row)."""
+    def log_ratio(key: str, value: float | None) -> Any:
+        if not value:
+            return 0.0
+        col = np.array([r.get(key) for r in rows], dtype=float)  # None → NaN
+        known = np.isfinite(col) & (col != 0)
+        return np.where(known, np.abs(np.log(np.where(known, col, value) / value)), 0.0)
+
+    penalty = {g: hw_penalty(gpu, g) for g in {r.get("gpu_type") for r in rows}}
+    hw = np.array([penalty[r.get("gpu_type")] for r in rows], dtype=float)
+    total = log_ratio("model_size_class", size_class) + log_ratio("nodes", nodes) + log_ratio("seq_len", seq) + hw
+    return [round(d, 4) for d in np.broadcast_to(total, (len(rows),)).tolist()]
+
+
+def ranked_rows(rows: list[dict[str, Any]], size_class: float | None, nodes: int, seq: int | None,
+                gpu: str | None) -> list[dict[str, Any]]:
+    """The rows nearest first (distance(), then more runs first; stable)."""
+    d = distances(rows, size_class, nodes, seq, gpu)
+    return [rows[i] for i in sorted(range(len(rows)), key=lambda i: (d[i], -rows[i]["n_runs"]))]
 
 
 @dataclass
@@ -161,7 +181,7 @@ def _target_seq(target: Target, rows: list[dict[str, Any]], gpu: str, notes: lis
         notes.append(f"seq_len not given: {seq}, the sequence length most recorded on {gpu}")
         return int(seq)
     size_class = model_size_class(target.model_params)
-    ranked = sorted(rows, key=lambda r: (distance(r, size_class, target.nodes, None, gpu), -r["n_runs"]))
+    ranked = ranked_rows(rows, size_class, target.nodes, None, gpu)
     if not ranked or ranked[0]["seq_len"] is None:
         raise BadRequest("seq_len is needed (no recorded run to take it from)",
                          [{"field": "seq_len", "value": None, "message": "required"}])
@@ -218,8 +238,7 @@ def complete_target(session: Session, target: Target, rows: list[dict[str, Any]]
     gpu = _target_gpu(target, rows, notes)
     seq = _target_seq(target, rows, gpu, notes)
     asked_class = model_size_class(target.model_params)
-    precision = _precision(target, sorted(rows, key=lambda r: (distance(r, asked_class, target.nodes, seq, gpu),
-                                                                -r["n_runs"])), gpu, notes)
+    precision = _precision(target, ranked_rows(rows, asked_class, target.nodes, seq, gpu), gpu, notes)
     given = {f: getattr(target, f) for f in DIM_FIELDS}
     cell = on_target.Cell(target.model_params, target.family, target.nodes, target.gpus_per_node, gpu, seq,
                           {k: v for k, v in given.items() if v})
@@ -241,7 +260,7 @@ def complete_target(session: Session, target: Target, rows: list[dict[str, Any]]
     ctx.size_class = size_class = model_size_class(ctx.model_params)
     _inferred_dims_note(ctx, "the target leaves out" if any(given.values()) else "the records leave out"
                         if recorded else "neither given nor recorded", notes)
-    ranked = sorted(rows, key=lambda r: (distance(r, size_class, target.nodes, seq, gpu), -r["n_runs"]))
+    ranked = ranked_rows(rows, size_class, target.nodes, seq, gpu)
     ctx.global_batch_tokens = target.global_batch_tokens
     if target.global_batch_tokens is None and need_batch:
         ctx.global_batch_tokens = _target_batch(found, ranked, notes)

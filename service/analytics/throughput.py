@@ -85,7 +85,7 @@ from sqlalchemy.orm import Session
 
 from core import hardware
 from service import run_configs
-from service.analytics.throughput_terms import OPTIMIZER_BYTES, Terms, as_arrays, terms
+from service.analytics.throughput_terms import OPTIMIZER_BYTES, Terms, terms, terms_table
 from service.db import fetch_rows
 from service.tables import Run
 
@@ -250,6 +250,12 @@ def config_terms(row: dict[str, Any], network_gb_s: float | None = None) -> Term
         return None
 
 
+def rows_terms(rows: list[dict[str, Any]], network_gb_s: float | None = None) -> tuple[dict[str, Any], list[int]]:
+    """config_terms of many configuration rows at once (throughput_terms.terms_table): ({Terms field:
+    array over the costed rows}, the indices in `rows` of those costed; config_terms' None left out)."""
+    return terms_table(rows, network_gb_s=network_gb_s, intra_bw_recorded=[r.get("ar_intra_gb_s") for r in rows])
+
+
 def network_reference(rows: list[dict[str, Any]], gpu_type: str | None) -> tuple[float | None, str]:
     """The cluster's full-node all-reduce bus bandwidth across nodes (GB/s) as `gpu_type`'s runs
     recorded it: the median of their recorded all-reduce bandwidth (allreduce_gb_s) at the smallest
@@ -282,7 +288,7 @@ def cell_key(r: dict[str, Any]) -> tuple:
                                  "seq_len", "nodes", "gpus_per_node")), global_batch_tokens(r))
 
 
-def competitive(usable: list[tuple[dict[str, Any], Terms]]) -> list[tuple[dict[str, Any], Terms]]:
+def competitive(usable: list[tuple[dict[str, Any], Any]]) -> list[tuple[dict[str, Any], Any]]:
     """The rows within COMPETITIVE_FRACTION of their cell's best tokens/s/GPU (each cell's best is kept)."""
     best: dict[tuple, float] = {}
     keys = [cell_key(r) for r, _ in usable]
@@ -297,10 +303,11 @@ def fit(rows: list[dict[str, Any]], group: dict[str, Any], network_gb_s: float |
     """Least-squares fit of the parameters to configuration rows (load_configs' dicts with
     `tokens_per_sec_per_gpu`, `n_runs`, `first_id`): those that compete in their cell (competitive()),
     costed with the cluster's network reference `network_gb_s` (GB/s, network_reference; None: the
-    catalog's; `terms_of(row)` replaces config_terms(row, network_gb_s) when given: Model's memo).
+    catalog's; `terms_of(rows)` replaces rows_terms(rows, network_gb_s) when given: Model.terms_table).
     Fewer than MIN_CONFIGS such rows → the PRIOR, with the reason."""
-    terms_of = terms_of or (lambda r: config_terms(r, network_gb_s))
-    costed = [(r, t) for r in rows if (t := terms_of(r)) is not None and r.get("tokens_per_sec_per_gpu")]
+    table, kept = (terms_of or (lambda rs: rows_terms(rs, network_gb_s)))(rows)
+    # (row, its position in `table`) of the measured, costed rows
+    costed = [(rows[i], j) for j, i in enumerate(kept) if rows[i].get("tokens_per_sec_per_gpu")]
     usable = competitive(costed)
     n_runs = sum(int(r.get("n_runs") or 1) for r, _ in usable)
     ids = [int(r["first_id"]) for r, _ in usable if r.get("first_id") is not None]
@@ -310,7 +317,8 @@ def fit(rows: list[dict[str, Any]], group: dict[str, Any], network_gb_s: float |
                    network_gb_s=network_gb_s,
                    reason=f"{len(usable)} usable configuration(s) < {MIN_CONFIGS}: the documented prior "
                           "(fit on the Ultra-Scale Playbook sweep, H100 nanotron) is used")
-    arr = as_arrays([t for _, t in usable])
+    take = np.array([j for _, j in usable], dtype=int)
+    arr = {k: v[take] for k, v in table.items() if k != "dp_bw_source"}
     y = np.log(np.array([r["tokens_per_sec_per_gpu"] for r, _ in usable], dtype=float))
 
     held = {k for k, f in _SUPPORT.items() if np.count_nonzero(arr[f]) < MIN_SUPPORT}
@@ -466,15 +474,22 @@ class Model:
         self._fits: dict[tuple, Fit] = {}
         self._net: dict[str | None, tuple[float | None, str]] = {}
         self._intra: dict[str | None, float | None] = {}
-        self._terms: dict[tuple[int, float | None], Terms | None] = {}
+        self._tables: dict[float | None, tuple[dict[str, Any], dict[int, int]]] = {}
+        self._ids = set(map(id, rows))
 
-    def terms_of(self, row: dict[str, Any], network_gb_s: float | None) -> Terms | None:
-        """config_terms(row, network_gb_s), once per row of this request (the fit, the anchoring and
-        the evidence all cost the same recorded rows)."""
-        key = (id(row), network_gb_s)
-        if key not in self._terms:
-            self._terms[key] = config_terms(row, network_gb_s)
-        return self._terms[key]
+    def terms_table(self, rows: list[dict[str, Any]], network_gb_s: float | None) -> tuple[dict[str, Any], list[int]]:
+        """rows_terms(rows, network_gb_s) for rows of this request, taken from one rows_terms of all its
+        rows per network reference (the fit, the anchoring and the evidence cost the same recorded rows)."""
+        if network_gb_s not in self._tables:
+            table, kept = rows_terms(self.rows, network_gb_s)
+            self._tables[network_gb_s] = table, {id(self.rows[i]): j for j, i in enumerate(kept)}
+        table, at = self._tables[network_gb_s]
+        if not self._ids.issuperset(map(id, rows)):  # not rows of this request
+            return rows_terms(rows, network_gb_s)
+        pos = [at.get(id(r), -1) for r in rows]
+        kept = [i for i, j in enumerate(pos) if j >= 0]
+        take = np.array([pos[i] for i in kept], dtype=int)
+        return {k: v[take] for k, v in table.items()}, kept
 
     def network(self, gpu_type: str | None) -> tuple[float | None, str]:
         """network_reference of `gpu_type` over the request's rows (once per GPU type)."""
@@ -500,7 +515,7 @@ class Model:
         same = [r for r in self.rows if r["gpu_type"] == gpu_type and r["framework"] == framework]
         net = self.network(gpu_type)[0]
         result = fit(same, {"gpu_type": gpu_type, "framework": framework}, net,
-                     terms_of=lambda r: self.terms_of(r, net))
+                     terms_of=lambda rs: self.terms_table(rs, net))
         if result.status == "prior":
             by_gpu: dict[str, list[dict[str, Any]]] = {}
             for r in self.rows:
@@ -510,7 +525,7 @@ class Model:
                 other = max(by_gpu, key=lambda g: (len(by_gpu[g]), g))
                 other_net = self.network(other)[0]
                 moved = fit(by_gpu[other], {"gpu_type": other, "framework": framework}, other_net,
-                            terms_of=lambda r: self.terms_of(r, other_net))
+                            terms_of=lambda rs: self.terms_table(rs, other_net))
                 if moved.status == "fitted":
                     moved.reason = (f"{len(same)} configuration(s) of {framework} on {gpu_type}: fitted on "
                                     f"{other} runs and carried to {gpu_type} through the catalog's peak "
@@ -527,17 +542,38 @@ class Model:
         step-time breakdown (s), interval [lo, hi] of tokens/s/GPU (the fit's held-out 80 % error;
         recommend.predicted_for widens it for extrapolation), the fit it came from.
         Raises ValueError when the config cannot be costed (unknown GPU, missing seq_len)."""
-        gpu = hardware.canonical_gpu_type(cfg.get("gpu_type"))
-        f = self.fit_for(gpu, framework)
-        network, bw_source = self.network(gpu)
-        t = terms(cfg, network_gb_s=network, intra_bw_recorded=self.intra(gpu))
-        total, compute, tp, dp, bubble, other = step_time(t, f.params)
-        tps = t.tokens_per_gpu / total
-        half = f.loo_log_q80
-        return {"tokens_per_sec_per_gpu": tps, "mfu": t.model_flops / (total * t.peak_flops),
-                "step_time_s": total,
-                "breakdown_s": {"compute": compute, "pipeline_bubble": bubble, "tp_comm": tp, "dp_comm": dp,
-                                "other": other},
-                "interval": [tps * math.exp(-half), tps * math.exp(half)],
-                "bandwidth_source": bw_source if t.dp_nodes_log2 or t.tp_inter else None,
-                "fit": (f.group.get("gpu_type"), f.group.get("framework"), f.status)}
+        out = self.predict_many([cfg], framework)[0]
+        if out is None:  # terms() says why
+            gpu = hardware.canonical_gpu_type(cfg.get("gpu_type"))
+            terms(cfg, network_gb_s=self.network(gpu)[0], intra_bw_recorded=self.intra(gpu))
+            raise ValueError("the configuration cannot be costed")
+        return out
+
+    def predict_many(self, cfgs: list[dict[str, Any]], framework: str | None) -> list[dict[str, Any] | None]:
+        """predict() of each configuration in `cfgs`, computed as arrays (terms_table, step_time) per GPU
+        type; None for one predict() refuses."""
+        out: list[dict[str, Any] | None] = [None] * len(cfgs)
+        by_gpu: dict[str | None, list[int]] = {}
+        for i, cfg in enumerate(cfgs):
+            by_gpu.setdefault(hardware.canonical_gpu_type(cfg.get("gpu_type")), []).append(i)
+        for gpu, idx in by_gpu.items():
+            f = self.fit_for(gpu, framework)
+            network, bw_source = self.network(gpu)
+            intra = self.intra(gpu)
+            t, kept = terms_table([cfgs[i] for i in idx], network_gb_s=network, intra_bw_recorded=[intra] * len(idx))
+            total, compute, tp, dp, bubble, other = step_time(t, f.params)
+            tps = t["tokens_per_gpu"] / total
+            mfu = t["model_flops"] / (total * t["peak_flops"])
+            lo, hi = math.exp(-f.loo_log_q80), math.exp(f.loo_log_q80)
+            # the bandwidth's source is said where the prediction crosses nodes
+            shows = ((t["dp_nodes_log2"] != 0) | (t["tp_inter"] != 0)).tolist()
+            fit_of = (f.group.get("gpu_type"), f.group.get("framework"), f.status)
+            for k, tps_k, mfu_k, total_k, compute_k, bubble_k, tp_k, dp_k, other_k, shows_k in zip(
+                    kept, tps.tolist(), mfu.tolist(), total.tolist(), compute.tolist(), bubble.tolist(), tp.tolist(),
+                    dp.tolist(), other.tolist(), shows):
+                out[idx[k]] = {"tokens_per_sec_per_gpu": tps_k, "mfu": mfu_k, "step_time_s": total_k,
+                               "breakdown_s": {"compute": compute_k, "pipeline_bubble": bubble_k, "tp_comm": tp_k,
+                                               "dp_comm": dp_k, "other": other_k},
+                               "interval": [tps_k * lo, tps_k * hi],
+                               "bandwidth_source": bw_source if shows_k else None, "fit": fit_of}
+        return out

@@ -36,6 +36,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from core import hardware
 from core.model import ModelShape, flops_per_token, resolve_shape, stage_split
 from core.record import get_field
@@ -154,12 +156,17 @@ def model_dims(cfg: dict[str, Any]) -> ModelShape:
     """The model's dims (reported, else inferred from model_params as the memory model does). The
     same dims give the same shape: resolved once per distinct dims (_shape) — a request costs
     thousands of configurations of a handful of models. Callers must not mutate it."""
+    return _shape(_dims(cfg))
+
+
+def _dims(cfg: dict[str, Any]) -> tuple:
+    """The record's values of _SHAPE_FIELDS, as get_field reads them."""
     values = tuple(map(cfg.get, _SHAPE_FIELDS))
     # get_field's reading (extra, NaN as None) only where it can differ from the plain values: a record with
     # extra or a float value (the configuration rows and candidates of a request have neither)
     if cfg.get("extra") is not None or any(isinstance(v, float) for v in values):
         values = tuple(get_field(cfg, k) for k in _SHAPE_FIELDS)
-    return _shape(values)
+    return values
 
 
 @functools.lru_cache(maxsize=1024)
@@ -205,7 +212,7 @@ CATALOG_NETWORK_EFFICIENCY = 0.85
 OPTIMIZER_BYTES = 34.0
 
 
-def dp_ranks_per_node(dp: int, tp: int, cp: int, gpus_per_node: int) -> int:
+def dp_ranks_per_node(dp: Any, tp: Any, cp: Any, gpus_per_node: Any) -> Any:
     """How many ranks of one gradient-reduction group share a node: the group is DP × CP (ZeRO and the
     gradient all-reduce run over dp·cp ranks; nanotron's `dp_cp_pg`), and under the rank order [RANKS]
     (TP innermost, then CP, then DP, PP outermost; consecutive ranks on one node) it has
@@ -226,9 +233,8 @@ def dp_ranks_per_node(dp: int, tp: int, cp: int, gpus_per_node: int) -> int:
     so is its share of the links). The measurements behind it, and what it changed in the fit:
     bench/RESULTS.md, "Measurements behind the throughput terms".
     """
-    if tp >= gpus_per_node:
-        return 1
-    return max(1, min(dp * cp, gpus_per_node // tp))
+    # (elementwise over arrays of configurations too: the array branch of terms_table)
+    return np.where(tp >= gpus_per_node, 1, np.maximum(1, np.minimum(dp * cp, gpus_per_node // tp)))
 
 
 def world_layout(cfg: dict[str, Any]) -> tuple[int, int, int, int, int]:
@@ -239,109 +245,158 @@ def world_layout(cfg: dict[str, Any]) -> tuple[int, int, int, int, int]:
     return int(dp), tp, pp, cp, gpn
 
 
+#: the numeric inputs of one configuration (_inputs), one array each in _Step
+_INPUTS = ("h", "layers", "heads", "kv", "head_dim", "vocab", "layer_params", "dp", "tp", "pp", "cp", "gpn",
+           "n_params", "zero", "peak", "mbs", "gas", "seq", "full_recompute", "flash", "stage_imbalance",
+           "nvlink_gb_s", "network_gb_s", "hbm_bw", "intra_recorded")
+
+
 @dataclass(frozen=True)
 class _Step:
-    """One configuration's validated inputs (_step): the GPU, the model's shape, the layout
-    (dp, tp, pp, cp over gpn GPUs per node), N parameters, the ZeRO stage, the dense peak (FLOP/s),
-    micro-batch b, GAS m, seq s, full recompute or not, and the framework's name (lower case)."""
+    """The validated inputs of many configurations (_inputs), one float64 array per field: the model's
+    shape (h, layers, heads, kv, head_dim, vocab, one block's parameters), the layout (dp, tp, pp, cp over
+    gpn GPUs per node), N parameters, the ZeRO stage, the dense peak (FLOP/s), micro-batch b, GAS m, seq s,
+    full recompute and FlashAttention (1.0 / 0.0), the pipeline's stage_imbalance, the GPU's catalog
+    NVLink and per-GPU network (GB/s) and HBM bandwidth (bytes/s), the recorded intra-node all-reduce
+    bandwidth (GB/s, NaN: none); and the framework's name (lower case) per configuration. The formulas
+    below read these arrays elementwise (np.where for a branch), one configuration or thousands alike."""
 
-    acc: hardware.Accelerator
-    model: ModelShape
-    dp: int
-    tp: int
-    pp: int
-    cp: int
-    gpn: int
-    n_params: float
-    zero: int
-    peak: float
+    h: Any
+    layers: Any
+    heads: Any
+    kv: Any
+    head_dim: Any
+    vocab: Any
+    layer_params: Any
+    dp: Any
+    tp: Any
+    pp: Any
+    cp: Any
+    gpn: Any
+    n_params: Any
+    zero: Any
+    peak: Any
     mbs: Any
     gas: Any
     seq: Any
-    full_recompute: bool
-    framework: Any
+    full_recompute: Any
+    flash: Any
+    stage_imbalance: Any
+    nvlink_gb_s: Any
+    network_gb_s: Any
+    hbm_bw: Any
+    intra_recorded: Any
+    framework: list[str]
 
     @property
-    def world(self) -> int:
+    def world(self) -> Any:
         return self.dp * self.tp * self.pp * self.cp
 
     @property
-    def tokens_per_gpu(self) -> float:
+    def tokens_per_gpu(self) -> Any:
         return self.dp * self.mbs * self.gas * self.seq / self.world
 
     @property
-    def layers_local(self) -> float:
-        return self.model.layers / self.pp
+    def layers_local(self) -> Any:
+        return self.layers / self.pp
 
     @property
-    def act_bytes(self) -> float:
+    def act_bytes(self) -> Any:
         """One micro-batch's b·s·h bf16 activations on one GPU (s/cp with CP)."""
-        return self.mbs * self.seq / self.cp * self.model.h * _BF16
+        return self.mbs * self.seq / self.cp * self.h * _BF16
 
 
-def _step(cfg: dict[str, Any]) -> _Step:
-    """The validated inputs of `cfg`; ValueError naming the missing or uncostable field."""
-    acc = hardware.lookup(cfg.get("gpu_type"))
+@functools.lru_cache(maxsize=4096)
+def _imbalance(dims: tuple, pp: int, seq: int, framework: str | None) -> float:
+    """stage_imbalance of the shape of `dims` (_dims), once per distinct (dims, pp, seq, framework): a
+    request asks it of thousands of configurations of a handful of models and layouts (a pure function
+    of its arguments)."""
+    return stage_imbalance(_shape(dims), pp, seq, framework)
+
+
+@functools.lru_cache(maxsize=1024)
+def _shape_values(dims: tuple) -> tuple:
+    """(h, layers, heads, kv, head_dim, vocab, one block's parameters, total parameters) of the shape
+    of `dims` (_dims), once per distinct dims."""
+    m = _shape(dims)
+    return m.h, m.layers, m.heads, m.kv, m.head_dim, m.vocab, m.layer_params(), m.total_params()
+
+
+@functools.lru_cache(maxsize=256)
+def _gpu(gpu_type: str | None, precision: str | None) -> tuple[hardware.Accelerator, float, float]:
+    """(catalog entry, dense peak FLOP/s at the precision, HBM bytes/s) of a GPU type; ValueError naming
+    what the catalog lacks (the catalog is fixed: one look-up per distinct pair)."""
+    acc = hardware.lookup(gpu_type)
     if acc is None:
-        raise ValueError(f"gpu_type: {cfg.get('gpu_type')!r} is not in the hardware catalog")
+        raise ValueError(f"gpu_type: {gpu_type!r} is not in the hardware catalog")
+    canonical = hardware.canonical_precision(precision)
+    peak_tflops = hardware.peak_tflops(acc.name, canonical)
+    if not peak_tflops:  # never costed against another precision's peak
+        raise ValueError(f"precision {canonical!r}: the catalog has no {acc.name} peak for it")
+    return acc, peak_tflops * 1e12, hardware.hbm_bytes_per_s(acc.name)
+
+
+def _inputs(cfg: dict[str, Any], intra_bw_recorded: float | None) -> tuple:
+    """The validated inputs of `cfg` in _INPUTS order, and its framework; ValueError naming the missing
+    or uncostable field."""
+    acc, peak, hbm = _gpu(cfg.get("gpu_type"), cfg.get("precision"))
     seq = cfg.get("seq_len")
     if not seq:
         raise ValueError("seq_len: required")
     mbs, gas = cfg.get("micro_batch_size"), cfg.get("grad_accum_steps")
     if not mbs or not gas:
         raise ValueError("micro_batch_size and grad_accum_steps: required")
-    model = model_dims(cfg)
+    dims = _dims(cfg)
+    *shape, total_params = _shape_values(dims)
     dp, tp, pp, cp, gpn = world_layout(cfg)
-    precision = hardware.canonical_precision(cfg.get("precision"))
-    peak_tflops = hardware.peak_tflops(acc.name, precision)
-    if not peak_tflops:  # never costed against another precision's peak
-        raise ValueError(f"precision {precision!r}: the catalog has no {acc.name} peak for it")
-    return _Step(acc=acc, model=model, dp=dp, tp=tp, pp=pp, cp=cp, gpn=gpn,
-                 n_params=cfg.get("model_params") or model.total_params(), zero=_int(cfg, "zero_stage", 0),
-                 peak=peak_tflops * 1e12, mbs=mbs, gas=gas, seq=seq, full_recompute=cfg.get("recompute") == "full",
-                 framework=cfg.get("framework"))
+    framework = cfg.get("framework")
+    flash = cfg.get("flash_attention")
+    flash = True if flash is None else bool(flash) if not isinstance(flash, str) else flash.lower() in ("1", "true")
+    return (*shape, dp, tp, pp, cp, gpn, cfg.get("model_params") or total_params, _int(cfg, "zero_stage", 0),
+            peak, mbs, gas, seq, cfg.get("recompute") == "full", flash,
+            _imbalance(dims, pp, int(seq), framework), acc.nvlink_gb_s, acc.network_gb_s, hbm,
+            math.nan if not intra_bw_recorded else intra_bw_recorded), str(framework or "").lower()
 
 
 def _flop_terms(st: _Step) -> dict[str, Any]:
     """FLOPs [PaLM][NA21 §3.3]: per token (6N + 12·L·h·s); full recompute adds one forward pass
     (2N + 4·L·h·s: [NA21] "8N instead of 6N"); the work is split evenly over all world GPUs."""
-    model = st.model
-    fpt, _ = flops_per_token(st.n_params, model.layers, model.h, st.seq)
+    fpt, _ = flops_per_token(st.n_params, st.layers, st.h, st.seq)
     # ... but the GPU executes the matmuls only: the input embedding is a lookup, so an untied
     # embedding's V·h parameters, which N counts, cost no FLOPs (the lm_head's V·h do) [NA21 §3.3:
     # the logit layer's 6·B·s·h·V, no term for the embedding lookup]
-    matmul_params = model.layers * model.layer_params() + model.vocab * model.h
-    hfpt, _ = flops_per_token(matmul_params, model.layers, model.h, st.seq, recompute_full=st.full_recompute)
+    matmul_params = st.layers * st.layer_params + st.vocab * st.h
+    hfpt = np.where(st.full_recompute, flops_per_token(matmul_params, st.layers, st.h, st.seq, recompute_full=True)[0],
+                    flops_per_token(matmul_params, st.layers, st.h, st.seq)[0])
     tokens_per_gpu = st.tokens_per_gpu
     return {"hw_flops": hfpt * tokens_per_gpu, "model_flops": fpt * tokens_per_gpu, "peak_flops": st.peak,
-            "mb_tokens": st.mbs * st.seq / st.cp, "h_shard": model.h / st.tp, "micro_batches": int(st.gas),
+            "mb_tokens": st.mbs * st.seq / st.cp, "h_shard": st.h / st.tp, "micro_batches": st.gas,
             "layers_local": st.layers_local, "pp": st.pp, "tokens_per_gpu": tokens_per_gpu,
-            "stage_imbalance": stage_imbalance(model, st.pp, int(st.seq), st.framework)}
+            "stage_imbalance": st.stage_imbalance}
 
 
-def _tp_terms(st: _Step, intra: float, full_node_inter: float) -> dict[str, Any]:
+def _tp_terms(st: _Step, intra: Any, full_node_inter: Any) -> dict[str, Any]:
     """TP [NA21 §3.2][UP "Tensor Parallelism"]: per layer and micro-batch 2 collectives forward,
     2 backward (3 forward with full recompute), each over the b·s·h bf16 activations (s/cp with
     CP); ring all-reduce moves 2(t−1)/t of it through every link (NCCL)."""
     tp, gas, layers_local = st.tp, st.gas, st.layers_local
-    n_coll = 6 if st.full_recompute else 4
-    tp_bytes = n_coll * 2 * (tp - 1) / tp * st.act_bytes * layers_local * gas if tp > 1 else 0.0
-    tp_collectives = n_coll * layers_local * gas if tp > 1 else 0.0
+    n_coll = np.where(st.full_recompute, 6, 4)
+    tp_bytes = np.where(tp > 1, n_coll * 2 * (tp - 1) / tp * st.act_bytes * layers_local * gas, 0.0)
+    tp_collectives = np.where(tp > 1, n_coll * layers_local * gas, 0.0)
     # a TP group that spans nodes holds every GPU of its nodes: its all-reduce crosses the network
     # over all of the node's links, the bus bandwidth of a full-node all-reduce
-    return {"tp_bytes": tp_bytes, "tp_bw": intra if tp <= st.gpn else full_node_inter,
+    return {"tp_bytes": tp_bytes, "tp_bw": np.where(tp <= st.gpn, intra, full_node_inter),
             "tp_collectives": tp_collectives,
             # a ring all-reduce (or reduce-scatter + all-gather pair) over t ranks takes 2(t−1)
             # sequential steps, each paying the link latency α (Thakur, Rabenseifner & Gropp 2005,
             # IJHPCA 19(1), §4: T = 2(p−1)α + 2(p−1)/p·nβ)
             "tp_ring_steps": tp_collectives * 2 * (tp - 1),
-            "tp_in_pipeline": 1.0 if st.pp > 1 and tp > 1 else 0.0,
+            "tp_in_pipeline": np.where((st.pp > 1) & (tp > 1), 1.0, 0.0),
             # NCCL: 2·n_nodes of the ring's 2(t−1) steps cross the network (tuning.cc, nInterSteps)
-            "tp_inter": (tp // st.gpn) / (tp - 1) if tp > st.gpn else 0.0}
+            "tp_inter": np.where(tp > st.gpn, (tp // st.gpn) / (tp - 1), 0.0)}
 
 
-def _dp_terms(st: _Step, full_node_inter: float, network_gb_s: float | None,
-              intra_bw_recorded: float | None) -> dict[str, Any]:
+def _dp_terms(st: _Step, full_node_inter: Any, network_gb_s: float | None) -> dict[str, Any]:
     """DP / ZeRO [UP "Data Parallelism", "ZeRO"] over dp·cp ranks, once per step, of the local
     gradients (N/(tp·pp)): volumes, the bandwidth they move at, the optimizer's share."""
     dp, tp, cp, pp, gpn, zero = st.dp, st.tp, st.cp, st.pp, st.gpn, st.zero
@@ -355,58 +410,89 @@ def _dp_terms(st: _Step, full_node_inter: float, network_gb_s: float | None,
     # the params all-gathered in the forward and again in the backward (ZeRO §7: 1.5× DP's volume)
     n_dp = dp * cp
     local = st.n_params / (tp * pp)
-    fw = str(st.framework or "").lower()
-    grad_bytes = _FP32 if ("nanotron" in fw or fw == "") else _BF16
-    share = (n_dp - 1) / n_dp if n_dp > 1 else 0.0
-    if zero == 0:
-        dp_bytes = 2 * share * local * grad_bytes
-    elif zero == 3:
-        dp_bytes = share * local * (grad_bytes + 2 * _BF16)
-    else:
-        dp_bytes = share * local * grad_bytes
+    grad_bytes = np.array([_FP32 if ("nanotron" in fw or fw == "") else _BF16 for fw in st.framework], dtype=float)
+    share = np.where(n_dp > 1, (n_dp - 1) / n_dp, 0.0)
+    dp_bytes = np.select([zero == 0, zero == 3],
+                         [2 * share * local * grad_bytes, share * local * (grad_bytes + 2 * _BF16)],
+                         share * local * grad_bytes)
     crosses = tp * cp * dp > gpn
-    if crosses:  # the group's share of its nodes' network links (dp_ranks_per_node): k GPUs' worth
-        dp_bw = full_node_inter / gpn * dp_ranks_per_node(dp, tp, cp, gpn)
-        source = "recorded network" if network_gb_s else "catalog network"
-    else:
-        dp_bw = (intra_bw_recorded or st.acc.nvlink_gb_s) * 1e9
-        source = "recorded intra-node" if intra_bw_recorded else "catalog NVLink"
+    recorded = ~np.isnan(st.intra_recorded)
+    # across nodes, the group's share of its nodes' network links (dp_ranks_per_node): k GPUs' worth
+    dp_bw = np.where(crosses, full_node_inter / gpn * dp_ranks_per_node(dp, tp, cp, gpn),
+                     np.where(recorded, st.intra_recorded, st.nvlink_gb_s) * 1e9)
+    source = np.where(crosses, "recorded network" if network_gb_s else "catalog network",
+                      np.where(recorded, "recorded intra-node", "catalog NVLink"))
     return {"dp_bytes": dp_bytes, "dp_bw": dp_bw, "dp_bw_source": source,
-            "zero_gather_bytes": share * local * _BF16 if zero in (1, 2) else 0.0,
-            "dp_nodes_log2": math.log2(tp * cp * dp / gpn) if crosses else 0.0,
+            "zero_gather_bytes": np.where((zero == 1) | (zero == 2), share * local * _BF16, 0.0),
+            "dp_nodes_log2": np.where(crosses, np.log2(np.where(crosses, tp * cp * dp / gpn, 1.0)), 0.0),
             # each rank steps its own shard under ZeRO ≥ 1 (ZeRO §5)
-            "opt_params": local / (n_dp if zero >= 1 else 1)}
+            "opt_params": local / np.where(zero >= 1, n_dp, 1)}
 
 
-def _cp_pp_terms(st: _Step, intra: float) -> dict[str, Any]:
+def _cp_pp_terms(st: _Step, intra: Any) -> dict[str, Any]:
     """Context-parallel ring and pipeline point-to-point traffic."""
-    tp, pp, cp, gas, model = st.tp, st.pp, st.cp, st.gas, st.model
+    tp, pp, cp, gas = st.tp, st.pp, st.cp, st.gas
     # CP [UP "Context Parallelism"]: ring attention passes each K,V block around the ring,
     # (cp−1) steps of b·(s/cp)·2·kv_dim bf16 per layer forward, twice that backward
-    kv_dim = model.kv * model.head_dim
-    cp_bytes = 3 * (cp - 1) * st.mbs * st.seq / cp * 2 * kv_dim * _BF16 * st.layers_local * gas if cp > 1 else 0.0
+    kv_dim = st.kv * st.head_dim
+    cp_bytes = np.where(cp > 1, 3 * (cp - 1) * st.mbs * st.seq / cp * 2 * kv_dim * _BF16 * st.layers_local * gas, 0.0)
     # PP [NA21 §2.2]: each micro-batch's activations cross every stage boundary forward and
     # their gradients backward (point-to-point); PP is the outermost rank dimension [RANKS], so a
     # boundary crosses nodes as soon as the world spans more than one node
-    pp_inter = pp > 1 and st.world > st.gpn
-    return {"cp_bytes": cp_bytes, "cp_bw": intra if tp * cp <= st.gpn else st.acc.network_gb_s * 1e9,
-            "pp_bytes": 2 * st.act_bytes / tp * gas if pp > 1 else 0.0,
-            "pp_bw": st.acc.network_gb_s * 1e9 if pp_inter else intra,
+    pp_inter = (pp > 1) & (st.world > st.gpn)
+    network = st.network_gb_s * 1e9
+    return {"cp_bytes": cp_bytes, "cp_bw": np.where(tp * cp <= st.gpn, intra, network),
+            "pp_bytes": np.where(pp > 1, 2 * st.act_bytes / tp * gas, 0.0),
+            "pp_bw": np.where(pp_inter, network, intra),
             # ... and each of those transfers is a blocking send/recv pair on the critical path of
             # 1F1B: 2·(m + p − 1) of them per step, each paying the link's latency (Hockney α–β)
-            "pp_messages": 2.0 * (gas + pp - 1) if pp > 1 else 0.0, "pp_inter": 1.0 if pp_inter else 0.0}
+            "pp_messages": np.where(pp > 1, 2.0 * (gas + pp - 1), 0.0), "pp_inter": np.where(pp_inter, 1.0, 0.0)}
 
 
-def _memory_bound_terms(st: _Step, flash: Any) -> dict[str, Any]:
+def _memory_bound_terms(st: _Step) -> dict[str, Any]:
     """Memory-bound work [throughput.py]: elementwise passes over the h-wide activations and the
-    V-wide logits, the unfused attention core's scores (none with FlashAttention, `flash` None or
-    true), the per-layer launches; all at HBM speed."""
-    model, tokens_per_gpu = st.model, st.tokens_per_gpu
-    redo = 4.0 / 3.0 if st.full_recompute else 1.0
-    flash = True if flash is None else bool(flash) if not isinstance(flash, str) else flash.lower() in ("1", "true")
-    return {"act_elems": tokens_per_gpu * model.layers * model.h * redo, "logit_elems": tokens_per_gpu * model.vocab,
-            "score_elems": 0.0 if flash else tokens_per_gpu * model.layers * model.heads * st.seq / st.cp * redo,
-            "hbm_bw": hardware.hbm_bytes_per_s(st.acc.name), "layer_passes": st.layers_local * st.gas * redo}
+    V-wide logits, the unfused attention core's scores (none with FlashAttention: the record's
+    flash_attention None or true), the per-layer launches; all at HBM speed."""
+    tokens_per_gpu = st.tokens_per_gpu
+    redo = np.where(st.full_recompute, 4.0 / 3.0, 1.0)
+    return {"act_elems": tokens_per_gpu * st.layers * st.h * redo, "logit_elems": tokens_per_gpu * st.vocab,
+            "score_elems": np.where(st.flash, 0.0, tokens_per_gpu * st.layers * st.heads * st.seq / st.cp * redo),
+            "hbm_bw": st.hbm_bw, "layer_passes": st.layers_local * st.gas * redo}
+
+
+def terms_table(cfgs: list[dict[str, Any]], *, network_gb_s: float | None = None,
+                intra_bw_recorded: list[float | None] | None = None) -> tuple[dict[str, Any], list[int]]:
+    """terms() of many configurations at once: ({Terms field: numpy array over the costed
+    configurations}, the indices in `cfgs` of those costed). A configuration terms() would refuse
+    (ValueError: a missing field; a degree or dim of 0) is left out. `intra_bw_recorded`: each
+    configuration's recorded intra-node bandwidth (GB/s, None: the catalog's), default none."""
+    rows, frameworks, kept = [], [], []
+    for i, cfg in enumerate(cfgs):
+        try:
+            values, fw = _inputs(cfg, intra_bw_recorded[i] if intra_bw_recorded is not None else None)
+        except (ValueError, ZeroDivisionError):
+            continue
+        rows.append(values)
+        frameworks.append(fw)
+        kept.append(i)
+    cols = np.array(rows, dtype=float).reshape(len(rows), len(_INPUTS)).T
+    st = _Step(**dict(zip(_INPUTS, cols)), framework=frameworks)
+    with np.errstate(divide="ignore", invalid="ignore"):  # branches np.where leaves out divide by 0
+        # the node's NVLink as the run measured it (its intra-node all-reduce bus bandwidth), else the
+        # catalog's: a run whose intra-node collectives crawled pays for it in its TP, CP and pipeline
+        # traffic too, not only in its DP all-reduce
+        intra = np.where(np.isnan(st.intra_recorded), st.nvlink_gb_s, st.intra_recorded) * 1e9
+        # a full-node all-reduce across nodes: recorded, else the catalog's per-GPU link × gpus_per_node
+        # at CATALOG_NETWORK_EFFICIENCY
+        full_node_inter = (network_gb_s or st.network_gb_s * st.gpn * CATALOG_NETWORK_EFFICIENCY) * 1e9
+        out = {**_flop_terms(st), **_tp_terms(st, intra, full_node_inter),
+               **_dp_terms(st, full_node_inter, network_gb_s), **_cp_pp_terms(st, intra), **_memory_bound_terms(st)}
+        # a configuration with a degree or dim of 0 (terms() divides by it) is not costed
+        finite = np.logical_and.reduce([np.isfinite(v) for k, v in out.items() if k != "dp_bw_source"])
+    if not finite.all():
+        out = {k: v[finite] for k, v in out.items()}
+        kept = [i for i, ok in zip(kept, finite) if ok]
+    return out, kept
 
 
 def terms(cfg: dict[str, Any], *, network_gb_s: float | None = None,
@@ -414,7 +500,7 @@ def terms(cfg: dict[str, Any], *, network_gb_s: float | None = None,
     """The step's physical terms for config `cfg` (run-record field names: model_params or dims,
     seq_len, nodes, gpus_per_node, gpu_type, precision, framework, dp, tp, pp, cp, zero_stage,
     micro_batch_size, grad_accum_steps, recompute, flash_attention), phase by phase: FLOPs, TP,
-    DP/ZeRO, CP and PP traffic, memory-bound work.
+    DP/ZeRO, CP and PP traffic, memory-bound work (terms_table of one configuration).
 
     network_gb_s: the cluster's full-node all-reduce bus bandwidth across nodes (GB/s), as its runs
     recorded it (throughput.network_reference: nanotron's "AllReduce (GB/s)" at the smallest
@@ -423,22 +509,16 @@ def terms(cfg: dict[str, Any], *, network_gb_s: float | None = None,
     measured ("AR Intra-node (GB/s)"); None → the catalog's NVLink. Raises ValueError naming a
     missing field (no seq_len, unknown gpu_type, micro_batch_size or grad_accum_steps missing).
     """
-    st = _step(cfg)
-    # the node's NVLink as the run measured it (its intra-node all-reduce bus bandwidth), else the
-    # catalog's: a run whose intra-node collectives crawled pays for it in its TP, CP and pipeline
-    # traffic too, not only in its DP all-reduce
-    intra = (intra_bw_recorded or st.acc.nvlink_gb_s) * 1e9
-    # a full-node all-reduce across nodes: recorded, else the catalog's per-GPU link × gpus_per_node
-    # at CATALOG_NETWORK_EFFICIENCY
-    full_node_inter = (network_gb_s or st.acc.network_gb_s * st.gpn * CATALOG_NETWORK_EFFICIENCY) * 1e9
-    return Terms(**_flop_terms(st), **_tp_terms(st, intra, full_node_inter),
-                 **_dp_terms(st, full_node_inter, network_gb_s, intra_bw_recorded), **_cp_pp_terms(st, intra),
-                 **_memory_bound_terms(st, cfg.get("flash_attention")))
+    _inputs(cfg, intra_bw_recorded)  # raises ValueError naming the field
+    table, kept = terms_table([cfg], network_gb_s=network_gb_s, intra_bw_recorded=[intra_bw_recorded])
+    if not kept:
+        raise ZeroDivisionError("a parallelism degree or model dimension of 0")
+    one: dict[str, Any] = {k: (str(v[0]) if k == "dp_bw_source" else int(v[0]) if k in ("micro_batches", "pp")
+                               else float(v[0])) for k, v in table.items()}
+    return Terms(**one)
 
 
 def as_arrays(rows: list[Terms]) -> dict[str, Any]:
     """Terms of many configurations as numpy arrays (one per field), for the vectorised fit."""
-    import numpy as np
-
     fields = [f for f in Terms.__dataclass_fields__ if f != "dp_bw_source"]
     return {f: np.array([getattr(t, f) for t in rows], dtype=float) for f in fields}
