@@ -78,7 +78,7 @@ def table(label: str, errs: list[tuple[float, float, dict]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=1, help="the node count whose cells are fitted and checked")
-    parser.add_argument("--verbose", action="store_true", help="list the configurations below 70 %")
+    parser.add_argument("--verbose", action="store_true", help="list the configurations below 70 %%")
     args = parser.parse_args(argv)
     records = [r for r in load() if int(r["nodes"]) == args.nodes]
     with tempfile.TemporaryDirectory() as tmp:
