@@ -71,7 +71,6 @@ H100 nanotron runs; see PRIOR), and the answer says so.
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 import statistics
@@ -284,8 +283,11 @@ def global_batch_tokens(r: dict[str, Any]) -> int | None:
 def cell_key(r: dict[str, Any]) -> tuple:
     """The cell a configuration row competes in: GPU type, framework, precision, model, seq_len, nodes,
     gpus per node (the question "what is best for this target?" is asked per cell)."""
-    return (*(r.get(c) for c in ("gpu_type", "framework", "precision", "model_params", "num_layers", "hidden_size",
-                                 "seq_len", "nodes", "gpus_per_node")), global_batch_tokens(r))
+    return (*map(r.get, _CELL_FIELDS), global_batch_tokens(r))
+
+
+_CELL_FIELDS = ("gpu_type", "framework", "precision", "model_params", "num_layers", "hidden_size", "seq_len", "nodes",
+                "gpus_per_node")
 
 
 def competitive(usable: list[tuple[dict[str, Any], Any]]) -> list[tuple[dict[str, Any], Any]]:
@@ -415,9 +417,13 @@ def read_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -
     # column first (~2× faster than one sort on a tuple key)
     fetched = fetch_rows(session, sql)
     for i in reversed(range(len(CONFIG_COLS))):
-        # a column without NULLs sorts by its value itself (the same order as (False, value), C-level key)
-        nulls = any(r[i] is None for r in fetched)
-        fetched.sort(key=functools.partial(_nulls_last, i) if nulls else operator.itemgetter(i))
+        value = operator.itemgetter(i)
+        if None in map(value, fetched):  # NULLs last: the others sorted by value, then the NULLs in their order
+            known = [r for r in fetched if r[i] is not None]
+            known.sort(key=value)
+            fetched = known + [r for r in fetched if r[i] is None]
+        else:
+            fetched.sort(key=value)
     keys = [*CONFIG_COLS, "n_runs", "tokens_per_sec_per_gpu", "first_id", "peak_memory_gib"]
     width = len(keys)
     rows: list[dict[str, Any]] = []
@@ -428,11 +434,6 @@ def read_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -
             row[key] = total / n if n else None
         rows.append(row)
     return _finish_rows(rows)
-
-
-def _nulls_last(i: int, row: tuple) -> tuple:
-    """Sort key of column `i`: its value, NULLs last (the default of ORDER BY … ASC on both backends)."""
-    return (True, 0) if row[i] is None else (False, row[i])
 
 
 def _aggregate_runs(exclude: sa.ColumnElement | None) -> sa.Select:
