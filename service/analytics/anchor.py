@@ -242,11 +242,15 @@ def _features(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
     def logs(key: str) -> np.ndarray:
         return np.array([math.log(r[key]) if r.get(key) else 0.0 for r in rows])
 
-    accs = [hardware.lookup(r.get("gpu_type")) for r in rows]
+    def codes(names: list[str]) -> np.ndarray:  # one integer per distinct name (compared for equality only)
+        seen: dict[str, int] = {}
+        return np.array([seen.setdefault(name, len(seen)) for name in names])
+
+    gpus = [str(r.get("gpu_type")) for r in rows]
+    accs = {g: hardware.lookup(g) for g in set(gpus)}
     return {"size": logs("model_size_class"), "nodes": logs("nodes"), "seq": logs("seq_len"),
             "mbs": logs("micro_batch_size"), "zero": np.array([r.get("zero_stage") or 0 for r in rows]),
-            "gpu": np.array([str(r.get("gpu_type")) for r in rows]),
-            "vendor": np.array([a.vendor if a else str(r.get("gpu_type")) for a, r in zip(accs, rows)])}
+            "gpu": codes(gpus), "vendor": codes([a.vendor if (a := accs[g]) else g for g in gpus])}
 
 
 @dataclass

@@ -197,10 +197,10 @@ def _recorded_model(target: Target, cell: on_target.Cell, found: on_target.Measu
     or size class), nearest configuration first. (row with model_params and dims, where from) or None."""
     def nearest(candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
         size_class = model_size_class(target.model_params)
+        d = dict(zip(map(id, candidates), distances(candidates, size_class, target.nodes, seq, gpu)))
         return min(candidates, key=lambda r: (abs(math.log((r["model_params"] or target.model_params)
                                                            / target.model_params)),
-                                              distance(r, size_class, target.nodes, seq, gpu), -r["n_runs"],
-                                              r["first_id"]), default=None)
+                                              d[id(r)], -r["n_runs"], r["first_id"]), default=None)
 
     if found.runs:
         run = found.runs[0]
