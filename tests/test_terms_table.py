@@ -11,7 +11,10 @@ import math
 from conftest import playbook_sample
 
 from service import store
-from service.analytics import anchor, recommend as rec, throughput as th, throughput_terms as tt
+from service.analytics import anchor
+from service.analytics import recommend as rec
+from service.analytics import throughput as th
+from service.analytics import throughput_terms as tt
 
 
 def _rows(database, data_dir) -> list[dict]:
@@ -30,7 +33,8 @@ def _variants(rows: list[dict]) -> list[dict]:
     out = list(rows)
     for i, r in enumerate(rows[:40]):
         out.append({**r, "recompute": ("full", "selective", None)[i % 3],
-                    "flash_attention": (False, None, True, "false", "1")[i % 5], "zero_stage": (0, 1, 2, 3, None)[i % 5],
+                    "flash_attention": (False, None, True, "false", "1")[i % 5],
+                    "zero_stage": (0, 1, 2, 3, None)[i % 5],
                     "framework": ("megatron-lm", None, "Nanotron", "nanotron")[i % 4]})
     out.append({**rows[0], "nodes": 4, "tp": 16, "dp": 2, "pp": 1, "cp": 1})
     out.append({**rows[1], "cp": 2, "dp": max(1, (rows[1]["dp"] or 2) // 2)})
@@ -112,3 +116,17 @@ def test_distances_in_arrays_equal_the_formula_row_by_row(database, data_dir):
         assert [tg.distance(r, size, nodes, seq, gpu) for r in rows] == want
         ranked = tg.ranked_rows(rows, size, nodes, seq, gpu)
         assert ranked == sorted(rows, key=lambda r: (want[rows.index(r)], -r["n_runs"]))
+
+
+def test_fit_with_the_one_pass_jacobian_equals_scipys(database, data_dir):
+    """throughput.fit's finite-difference Jacobian (all perturbed residuals in one array pass) gives the
+    fit scipy's own two-point loop gives: the same parameters and held-out errors, to the last bit — on the
+    sample's configurations, and on a subset that holds some parameters at the PRIOR."""
+    rows = _rows(database, data_dir)
+    for subset in (rows, [r for r in rows if r["pp"] == 1]):
+        ours = th.fit(subset, {}, None)
+        scipys = th.fit(subset, {}, None, scipy_jacobian=True)
+        assert ours.status == scipys.status == "fitted"
+        assert ours.params == scipys.params
+        assert (ours.loo_log_q80, ours.loo_log_sigma, ours.loo_median_rel_err) == (
+            scipys.loo_log_q80, scipys.loo_log_sigma, scipys.loo_median_rel_err)

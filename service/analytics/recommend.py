@@ -308,12 +308,7 @@ def prepare(session: Session, target: Target, *, need_batch: bool = True, measur
 def layout_distances(prep: Prepared) -> dict[tuple, float]:
     """{LAYOUT_FIELDS values: distance from the target to the nearest recorded run of that exact
     layout} over the request's configuration rows (the evidence distance of interval_halves)."""
-    by_layout: dict[tuple, float] = {}
-    for r in prep.rows:
-        key = tuple(_value(r, f) for f in LAYOUT_FIELDS)
-        d = prep.distance(r)
-        by_layout[key] = min(d, by_layout.get(key, d))
-    return by_layout
+    return {key: min(map(prep.distance, rows)) for key, rows in prep.rows_by_layout().items()}
 
 
 def anchors_for(prep: Prepared) -> Anchors:

@@ -71,7 +71,6 @@ H100 nanotron runs; see PRIOR), and the answer says so.
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 import statistics
@@ -80,7 +79,7 @@ from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
-from scipy.optimize import least_squares
+from scipy.optimize import _numdiff, least_squares
 from sqlalchemy.orm import Session
 
 from core import hardware
@@ -183,7 +182,7 @@ PRIOR_SPREAD = 0.35
 CONFIG_COLS = run_configs.CONFIG_COLS
 
 
-def step_time(t: dict[str, Any] | Terms, p: dict[str, float]) -> Any:
+def step_time(t: dict[str, Any] | Terms, p: dict[str, Any]) -> Any:
     """Step time in seconds (see the module docstring) for terms `t` (one Terms, or as_arrays of
     many) under parameters `p`. Returns (total, compute, tp, dp, bubble, other) — floats or arrays."""
     g = t if isinstance(t, dict) else t.__dict__
@@ -284,8 +283,11 @@ def global_batch_tokens(r: dict[str, Any]) -> int | None:
 def cell_key(r: dict[str, Any]) -> tuple:
     """The cell a configuration row competes in: GPU type, framework, precision, model, seq_len, nodes,
     gpus per node (the question "what is best for this target?" is asked per cell)."""
-    return (*(r.get(c) for c in ("gpu_type", "framework", "precision", "model_params", "num_layers", "hidden_size",
-                                 "seq_len", "nodes", "gpus_per_node")), global_batch_tokens(r))
+    return (*map(r.get, _CELL_FIELDS), global_batch_tokens(r))
+
+
+_CELL_FIELDS = ("gpu_type", "framework", "precision", "model_params", "num_layers", "hidden_size", "seq_len", "nodes",
+                "gpus_per_node")
 
 
 def competitive(usable: list[tuple[dict[str, Any], Any]]) -> list[tuple[dict[str, Any], Any]]:
@@ -299,12 +301,14 @@ def competitive(usable: list[tuple[dict[str, Any], Any]]) -> list[tuple[dict[str
 
 
 def fit(rows: list[dict[str, Any]], group: dict[str, Any], network_gb_s: float | None = None, *,
-        terms_of: Any = None) -> Fit:
+        terms_of: Any = None, scipy_jacobian: bool = False) -> Fit:
     """Least-squares fit of the parameters to configuration rows (load_configs' dicts with
     `tokens_per_sec_per_gpu`, `n_runs`, `first_id`): those that compete in their cell (competitive()),
     costed with the cluster's network reference `network_gb_s` (GB/s, network_reference; None: the
     catalog's; `terms_of(rows)` replaces rows_terms(rows, network_gb_s) when given: Model.terms_table).
-    Fewer than MIN_CONFIGS such rows → the PRIOR, with the reason."""
+    Fewer than MIN_CONFIGS such rows → the PRIOR, with the reason. The Jacobian is scipy's two-point
+    finite difference, its perturbed residuals evaluated in one array pass (finite_difference_jacobian;
+    `scipy_jacobian`: scipy's own loop, the same floats — tests)."""
     table, kept = (terms_of or (lambda rs: rows_terms(rs, network_gb_s)))(rows)
     # (row, its position in `table`) of the measured, costed rows
     costed = [(rows[i], j) for j, i in enumerate(kept) if rows[i].get("tokens_per_sec_per_gpu")]
@@ -330,15 +334,22 @@ def fit(rows: list[dict[str, Any]], group: dict[str, Any], network_gb_s: float |
     p0 = np.array([PRIOR[k] for k in free])
     pull = np.divide(PRIOR_WEIGHT, p0, out=np.zeros_like(p0), where=p0 > 0)  # a PRIOR of 0 pulls nothing
 
+    def residuals_many(xs: np.ndarray) -> np.ndarray:
+        """The residuals under each row of `xs` (parameter vectors), one row each: step_time elementwise
+        with each parameter a column, so every residual is the same float as under that vector alone."""
+        columns: dict[str, Any] = {**PRIOR, **{k: xs[:, j:j + 1] for j, k in enumerate(free)}}
+        total = step_time(arr, columns)[0]
+        data = np.broadcast_to(np.log(arr["tokens_per_gpu"] / total) - y, (len(xs), len(y)))
+        return np.concatenate([data, pull * (xs - p0)], axis=1)
+
     def residuals(x: np.ndarray) -> np.ndarray:
-        total = step_time(arr, params(x))[0]
-        data = np.log(arr["tokens_per_gpu"] / total) - y
-        return np.concatenate([data, pull * (x - p0)])
+        return residuals_many(x[None, :])[0]
 
     lo, hi = np.array([_LOWER[k] for k in free]), np.array([_UPPER[k] for k in free])
     start = np.clip(np.array([PRIOR[k] for k in free]), lo, hi)
-    res = least_squares(residuals, start, bounds=(lo, hi), x_scale=np.maximum(start, 1e-4), method="trf",
-                        loss=ROBUST_LOSS, f_scale=ROBUST_SCALE, max_nfev=200)
+    jacobian = "2-point" if scipy_jacobian else (lambda x: finite_difference_jacobian(residuals_many, x, lo, hi))
+    res = least_squares(residuals, start, jac=jacobian, bounds=(lo, hi), x_scale=np.maximum(start, 1e-4),
+                        method="trf", loss=ROBUST_LOSS, f_scale=ROBUST_SCALE, max_nfev=200)
     n = len(y)  # the data's rows of the residual vector (the prior's rows follow them)
     jac = res.jac
     hat = np.einsum("ij,jk,ik->i", jac[:n], np.linalg.pinv(jac.T @ jac), jac[:n])
@@ -348,6 +359,26 @@ def fit(rows: list[dict[str, Any]], group: dict[str, Any], network_gb_s: float |
                loo_median_rel_err=float(np.median(np.abs(np.expm1(loo)))),
                loo_log_q80=float(np.quantile(np.abs(loo), 0.8)),
                loo_log_sigma=float(1.4826 * np.median(np.abs(loo))))
+
+
+def finite_difference_jacobian(residuals_many: Any, x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """scipy's two-point finite-difference Jacobian of least_squares (jac="2-point": scipy.optimize._numdiff
+    approx_derivative — its step, turned one-sided at the bounds, and J[:, i] = (f(x + h_i e_i) − f(x)) /
+    ((x_i + h_i) − x_i)) with f(x) and the perturbed residuals from one residuals_many call: the same floats
+    (its transposed layout too, which the solver's products read), one array pass instead of one call per
+    parameter."""
+    f0 = residuals_many(x[None, :])[0]
+    h = _numdiff._compute_absolute_step(None, x, f0, "2-point")
+    h, _ = _numdiff._adjust_scheme_to_bounds(x, h, 1, "1-sided", lo, hi)
+    xs = np.tile(x, (len(x) + 1, 1))
+    for i in range(len(x)):
+        xs[i + 1, i] = x[i] + h[i]
+    f = residuals_many(xs)
+    dx = (x + h) - x
+    jac_t = np.empty((len(x), len(f0)))
+    for i in range(len(x)):
+        jac_t[i] = (f[i + 1] - f[0]) / dx[i]
+    return jac_t.T
 
 
 #: configuration rows' recorded bandwidth averages: (row key, runs column — copied from extra at ingest)
@@ -386,9 +417,13 @@ def read_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -
     # column first (~2× faster than one sort on a tuple key)
     fetched = fetch_rows(session, sql)
     for i in reversed(range(len(CONFIG_COLS))):
-        # a column without NULLs sorts by its value itself (the same order as (False, value), C-level key)
-        nulls = any(r[i] is None for r in fetched)
-        fetched.sort(key=functools.partial(_nulls_last, i) if nulls else operator.itemgetter(i))
+        value = operator.itemgetter(i)
+        if None in map(value, fetched):  # NULLs last: the others sorted by value, then the NULLs in their order
+            known = [r for r in fetched if r[i] is not None]
+            known.sort(key=value)
+            fetched = known + [r for r in fetched if r[i] is None]
+        else:
+            fetched.sort(key=value)
     keys = [*CONFIG_COLS, "n_runs", "tokens_per_sec_per_gpu", "first_id", "peak_memory_gib"]
     width = len(keys)
     rows: list[dict[str, Any]] = []
@@ -399,11 +434,6 @@ def read_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -
             row[key] = total / n if n else None
         rows.append(row)
     return _finish_rows(rows)
-
-
-def _nulls_last(i: int, row: tuple) -> tuple:
-    """Sort key of column `i`: its value, NULLs last (the default of ORDER BY … ASC on both backends)."""
-    return (True, 0) if row[i] is None else (False, row[i])
 
 
 def _aggregate_runs(exclude: sa.ColumnElement | None) -> sa.Select:

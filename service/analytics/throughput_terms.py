@@ -164,7 +164,7 @@ def _dims(cfg: dict[str, Any]) -> tuple:
     values = tuple(map(cfg.get, _SHAPE_FIELDS))
     # get_field's reading (extra, NaN as None) only where it can differ from the plain values: a record with
     # extra or a float value (the configuration rows and candidates of a request have neither)
-    if cfg.get("extra") is not None or any(isinstance(v, float) for v in values):
+    if cfg.get("extra") is not None or any(map(float.__instancecheck__, values)):  # (isinstance(v, float))
         values = tuple(get_field(cfg, k) for k in _SHAPE_FIELDS)
     return values
 
@@ -323,9 +323,10 @@ def _shape_values(dims: tuple) -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def _gpu(gpu_type: str | None, precision: str | None) -> tuple[hardware.Accelerator, float, float]:
-    """(catalog entry, dense peak FLOP/s at the precision, HBM bytes/s) of a GPU type; ValueError naming
-    what the catalog lacks (the catalog is fixed: one look-up per distinct pair)."""
+def _gpu(gpu_type: str | None, precision: str | None) -> tuple[float, float, float, float]:
+    """(dense peak FLOP/s at the precision, HBM bytes/s, NVLink and per-GPU network GB/s) of a GPU type from
+    the catalog; ValueError naming what the catalog lacks (the catalog is fixed: one look-up per distinct
+    pair)."""
     acc = hardware.lookup(gpu_type)
     if acc is None:
         raise ValueError(f"gpu_type: {gpu_type!r} is not in the hardware catalog")
@@ -333,13 +334,13 @@ def _gpu(gpu_type: str | None, precision: str | None) -> tuple[hardware.Accelera
     peak_tflops = hardware.peak_tflops(acc.name, canonical)
     if not peak_tflops:  # never costed against another precision's peak
         raise ValueError(f"precision {canonical!r}: the catalog has no {acc.name} peak for it")
-    return acc, peak_tflops * 1e12, hardware.hbm_bytes_per_s(acc.name)
+    return peak_tflops * 1e12, hardware.hbm_bytes_per_s(acc.name), acc.nvlink_gb_s, acc.network_gb_s
 
 
 def _inputs(cfg: dict[str, Any], intra_bw_recorded: float | None) -> tuple:
     """The validated inputs of `cfg` in _INPUTS order, and its framework; ValueError naming the missing
     or uncostable field."""
-    acc, peak, hbm = _gpu(cfg.get("gpu_type"), cfg.get("precision"))
+    peak, hbm, nvlink, network = _gpu(cfg.get("gpu_type"), cfg.get("precision"))
     seq = cfg.get("seq_len")
     if not seq:
         raise ValueError("seq_len: required")
@@ -347,14 +348,14 @@ def _inputs(cfg: dict[str, Any], intra_bw_recorded: float | None) -> tuple:
     if not mbs or not gas:
         raise ValueError("micro_batch_size and grad_accum_steps: required")
     dims = _dims(cfg)
-    *shape, total_params = _shape_values(dims)
+    shape = _shape_values(dims)
     dp, tp, pp, cp, gpn = world_layout(cfg)
     framework = cfg.get("framework")
     flash = cfg.get("flash_attention")
     flash = True if flash is None else bool(flash) if not isinstance(flash, str) else flash.lower() in ("1", "true")
-    return (*shape, dp, tp, pp, cp, gpn, cfg.get("model_params") or total_params, _int(cfg, "zero_stage", 0),
+    return (*shape[:7], dp, tp, pp, cp, gpn, cfg.get("model_params") or shape[7], _int(cfg, "zero_stage", 0),
             peak, mbs, gas, seq, cfg.get("recompute") == "full", flash,
-            _imbalance(dims, pp, int(seq), framework), acc.nvlink_gb_s, acc.network_gb_s, hbm,
+            _imbalance(dims, pp, int(seq), framework), nvlink, network, hbm,
             math.nan if not intra_bw_recorded else intra_bw_recorded), str(framework or "").lower()
 
 
