@@ -15,8 +15,9 @@ slow or fast:
 3. The prediction is recommend's for a candidate (recommend.scored with this one configuration:
    the throughput model, service/analytics/throughput.Model.predict, anchored on the residuals of
    the recorded runs of the same layout, service/analytics/anchor.py), the memory model's peak and
-   verdict (service/analytics/memory.estimate_memory, recorded OOMs: recommend.oom_implied, the
-   probability that it fits: recommend.p_fits), the evidence it rests on (recommend's), and the
+   verdict (service/analytics/memory.estimate_memory; what the records say: service/analytics/fits.py —
+   a recorded OOM that implies it does not fit, a recorded run that shows it fits, the probability
+   that it fits), the evidence it rests on (recommend's), and the
    measurement when this very configuration ran on the target (recommend's exact match, in the
    same framework and precision when one ran so).
 4. `model` says which fit answered (GPU type, framework, fitted on how many runs, held-out error)
@@ -34,6 +35,7 @@ from sqlalchemy.orm import Session
 from core import hardware
 from core.layout import layout_breaches
 from core.model import params_from_dims, resolve_shape
+from service.analytics import fits as fits_
 from service.analytics import recommend as rec
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value, names_family
@@ -228,10 +230,11 @@ def predict(session: Session, body: dict[str, Any]) -> dict[str, Any]:
     same = [r for r in prep.rows if r["framework"] == ctx.framework and r["precision"] == ctx.precision]
     exact = rec._exact(cfg, ctx, same) or rec._exact(cfg, ctx, prep.rows)
     mem = estimate_memory(rec._run_record(cfg, ctx))
-    oom = rec.oom_implied(cfg, ctx, prep.ooms) if exact is None else None
+    oom = fits_.oom_implied(cfg, ctx, prep.ooms) if exact is None else None
+    shown = fits_.fit_shown(cfg, ctx, prep.rows) if exact is None and oom is None and mem.fits is False else None
     answer = rec.candidate(cfg, ctx, item.predicted, mem, exact, prep.rows,
-                           extrapolates=rec.extrapolation(prep, item))
-    fits = True if exact is not None else False if oom is not None else mem.fits
+                           extrapolates=rec.extrapolation(prep, item), shown=shown)
+    fits = True if exact is not None or shown is not None else False if oom is not None else mem.fits
     answer["memory"].update(usable_memory_gib=mem.usable_memory_gib, peak_stage=mem.peak_stage,
                             breakdown_gib=mem.breakdown,
                             recorded_oom_run_id=oom["run_id"] if oom is not None else None)

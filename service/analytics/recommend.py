@@ -45,10 +45,11 @@ from sqlalchemy.orm import Session
 
 from core.layout import layout_breaches
 from core.model import model_size_class
-from core.record import HOST_MEMORY_OOM_CLASSES
 from service.analytics import on_target
 from service.analytics import throughput as th
 from service.analytics.anchor import SUPPORT_DISTANCE, Anchors, interval_halves
+from service.analytics.fits import MEMORY_MARGIN, fit_shown, oom_implied, p_fits
+from service.analytics.fits import oom_rows as _oom_rows
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value
 from service.analytics.target import CompletedTarget, Target, complete_target, distance, distances
@@ -57,57 +58,14 @@ from service.errors import BadRequest
 from service.tables import RunCell
 
 LAYOUT_FIELDS = ("tp", "pp", "cp", "zero_stage", "micro_batch_size", "recompute")
-_RECOMPUTE_RANK = {None: 0, "none": 0, "selective": 1, "full": 2}
 _POW2 = (1, 2, 4, 8, 16, 32, 64)
 #: the most the interval's half-width is widened by (× (1 + widen)) for extrapolation
 MAX_WIDEN = 2.0
-#: "what worked" answers propose only configurations predicted to fit with this relative headroom: the
-#: memory model's median held-out error on the whole-step peak (bench/memory_accuracy.py --calibration,
-#: leave-one-cell-out: 8.0 %), so that a configuration within the model's own error of the capacity is
-#: not recommended (it may OOM); /suggest, which explores, uses the plain prediction
-MEMORY_MARGIN = 0.08
-#: σ of log(predicted / measured) whole-step peak memory held out (bench/memory_accuracy.py --calibration:
-#: median |error| 8.0 %, p90 21.6 % → 1.4826 × median |log error| ≈ 0.12, and 0.216 / 1.645 ≈ 0.13 agrees)
-MEMORY_LOG_SIGMA = 0.12
 #: "what worked": layouts recorded at the nearest node count(s) of the size class, up to this far
 #: beyond the nearest in |ln(nodes ratio)| (ln 2: the next power of two too)
 WORKED_NODES_SLACK = math.log(2) + 1e-9
 
-def _oom_rows(session: Session, ctx: CompletedTarget) -> list[dict[str, Any]]:
-    """Recorded OOMs (not retired) that can veto a candidate for the completed target `ctx`: those
-    of its GPU type, size class and seq_len (the equalities oom_implied checks first), one row per
-    distinct configuration. (On PostgreSQL a range of ix_runs_oom, whose key starts with those.)
-    A host-memory OOM (core.record.HOST_MEMORY_OOM_CLASSES: the kernel's or cgroup's OOM killer) is
-    left out: it says nothing about whether the layout fits in GPU memory; an OOM with no
-    error_class still counts (GPU OOMs were recorded without one before the taxonomy had classes). Read from
-    run_cells (service/run_cells.py), whose groups hold the finished, not retired runs."""
-    C = RunCell
-    cols = [C.gpu_type, C.model_size_class, C.seq_len, C.dp, C.tp, C.pp, C.cp, C.zero_stage, C.micro_batch_size,
-            C.recompute]
-    same = [col.is_(None) if value is None else col == value
-            for col, value in ((C.gpu_type, ctx.gpu_type), (C.model_size_class, ctx.size_class),
-                               (C.seq_len, ctx.seq_len))]
-    query = sa.select(*cols, sa.func.min(C.min_id).label("run_id")).where(
-        C.status == "oom", *same,
-        sa.or_(C.error_class.is_(None), C.error_class.not_in(sorted(HOST_MEMORY_OOM_CLASSES)))).group_by(*cols)
-    keys, rows = fetch_select(session, query)
-    return [dict(zip(keys, r)) for r in rows]
 
-
-def oom_implied(cfg: dict[str, Any], ctx: CompletedTarget, ooms: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The recorded OOM that implies `cfg` does not fit on the target either, or None: same GPU
-    type, size class, seq_len, TP, PP, CP; ZeRO stage ≤; micro-batch ≥; recompute no stronger;
-    under ZeRO ≥ 1 the optimizer shards over DP, so DP ≤ as well. An OOM with an unknown (NULL)
-    TP, PP or CP implies nothing."""
-    for o in ooms:
-        if (o["gpu_type"] == ctx.gpu_type and o["model_size_class"] == ctx.size_class
-                and o["seq_len"] == ctx.seq_len and o["tp"] == cfg["tp"] and o["pp"] == cfg["pp"]
-                and o["cp"] == cfg["cp"] and (o["zero_stage"] or 0) >= cfg["zero_stage"]
-                and o["micro_batch_size"] is not None and o["micro_batch_size"] <= cfg["micro_batch_size"]
-                and _RECOMPUTE_RANK.get(o["recompute"], 0) >= _RECOMPUTE_RANK.get(cfg["recompute"], 0)
-                and (cfg["zero_stage"] == 0 or (o["dp"] or 0) >= cfg["dp"])):
-            return o
-    return None
 
 
 @dataclass(frozen=True)
@@ -401,25 +359,17 @@ def anchored(pred: dict[str, Any], log_corr: float, d0: float | None, variance: 
     return out
 
 
-def p_fits(mem: Any, exact: dict[str, Any] | None) -> float:
-    """Probability that a configuration fits in the GPU's usable memory: 1 when it ran on this very
-    target (`exact`) or the GPU's memory is unknown; else Φ(ln(usable / predicted peak) / σ) with σ the
-    memory model's held-out log error (MEMORY_LOG_SIGMA) — its errors taken as log-normal."""
-    usable, peak = mem.usable_memory_gib, mem.predicted_peak_memory_gib
-    if exact is not None or not usable or not peak:
-        return 1.0
-    z = math.log(usable / peak) / MEMORY_LOG_SIGMA
-    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
-
 
 def admissible(prep: Prepared, item: Scored, counts: dict[str, int], *,
-               margin: float = 0.0) -> tuple[Any, dict[str, Any] | None] | None:
-    """(memory estimate, the recorded run on this very target or None) when the configuration
-    may be proposed; None when a recorded OOM implies it does not fit or the memory model says
-    so — with `margin`, when its predicted peak × (1 + margin) exceeds the usable memory (a
-    configuration that ran on the target is never ruled out). Counts rejections."""
+               margin: float = 0.0) -> tuple[Any, dict[str, Any] | None, dict[str, Any] | None] | None:
+    """(memory estimate, the recorded run on this very target or None, the recorded run that shows it
+    fits though the memory model says otherwise (fit_shown) or None) when the configuration may be
+    proposed; None when a recorded OOM implies it does not fit or the memory model says so — with
+    `margin`, when its predicted peak × (1 + margin) exceeds the usable memory — and no recorded run
+    shows otherwise (a configuration that ran on the target is never ruled out). Counts rejections."""
     exact = _exact(item.config, prep.ctx, prep.rows)
     mem = estimate_memory(_run_record(item.config, prep.ctx))
+    shown = None
     if exact is None:
         if oom_implied(item.config, prep.ctx, prep.ooms) is not None:
             counts["oom_rejected"] = counts.get("oom_rejected", 0) + 1
@@ -427,9 +377,11 @@ def admissible(prep: Prepared, item: Scored, counts: dict[str, int], *,
         tight = (margin > 0 and mem.usable_memory_gib is not None
                  and mem.predicted_peak_memory_gib * (1.0 + margin) > mem.usable_memory_gib)
         if mem.fits is False or tight:
-            counts["memory_rejected"] = counts.get("memory_rejected", 0) + 1
-            return None
-    return mem, exact
+            shown = fit_shown(item.config, prep.ctx, prep.rows)
+            if shown is None:
+                counts["memory_rejected"] = counts.get("memory_rejected", 0) + 1
+                return None
+    return mem, exact, shown
 
 
 def target_body(prep: Prepared) -> dict[str, Any]:
@@ -488,7 +440,7 @@ def recommend(
     # the one with memory to spare ranks first. As p_fits ≤ 1, a layout's lower end bounds its score:
     # walked in that order, the walk stops once k admitted layouts score at least the next one's bound
     items.sort(key=lambda e: (-low(e), tie(e)))
-    kept: list[tuple[float, Scored, tuple[Any, dict[str, Any] | None]]] = []
+    kept: list[tuple[float, Scored, tuple[Any, dict[str, Any] | None, dict[str, Any] | None]]] = []
     best_k: list[float] = []  # min-heap of the k best scores so far: best_k[0] is the k-th
     for item in items:
         if len(best_k) >= k and best_k[0] >= low(item):
@@ -505,7 +457,8 @@ def recommend(
     out: list[dict[str, Any]] = []
     for _, item, ok in kept[:k]:
         out.append(candidate(item.config, prep.ctx, item.predicted, ok[0], ok[1], prep.rows, dist=prep.distance,
-                             extrapolates=extrapolation(prep, item), by_layout=prep.rows_by_layout()))
+                             extrapolates=extrapolation(prep, item), by_layout=prep.rows_by_layout(),
+                             shown=ok[2]))
     found = prep.measured
     notes = prep.notes + on_target.disagreement_notes(found)
     if found.runs and not out:
@@ -562,18 +515,23 @@ def extrapolation(prep: Prepared, item: Scored) -> list[str]:
 def candidate(cfg: dict[str, Any], ctx: CompletedTarget, pred: dict[str, Any], mem: Any,
                exact: dict[str, Any] | None, rows: list[dict[str, Any]], dist: Any = None,
                extrapolates: list[str] | None = None,
-               by_layout: dict[tuple, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+               by_layout: dict[tuple, list[dict[str, Any]]] | None = None,
+               shown: dict[str, Any] | None = None) -> dict[str, Any]:
     """One answer row: the configuration, its prediction (interval included), what was measured of it on
     the target (`exact`), the evidence it rests on, the memory verdict, why — and `extrapolation`: the
     reasons the prediction extrapolates (`extrapolates`, from extrapolation(); empty: it interpolates),
-    with `evidence_distance` (recommend's distance units to the nearest recorded run of the exact layout;
-    None: never recorded) and `supported` (a run within anchor.SUPPORT_DISTANCE)."""
+    `shown`: the recorded run that shows it fits against the memory model (fit_shown), said in `why` and
+    `memory.fit_shown_by_run_id`; with `evidence_distance` (recommend's distance units to the nearest
+    recorded run of the exact layout; None: never recorded) and `supported` (a run within anchor.SUPPORT_DISTANCE)."""
     evidence = _evidence(cfg, ctx, rows, dist=dist, by_layout=by_layout)
     fit_gpu = pred["fit"][0]
     why = ("ran on this very target; " if exact else "") + (
         f"predicted by the {pred['fit'][2]} model of {pred['fit'][1]} on {fit_gpu}")
     if fit_gpu and fit_gpu != ctx.gpu_type:
         why += f", carried to {ctx.gpu_type} through peak FLOP/s and link-bandwidth ratios"
+    if shown is not None:
+        why += (f"; fits: run #{shown['first_id']} ({shown['nodes']} nodes) ran this layout with no less memory "
+                f"per GPU, though the memory model predicts {mem.predicted_peak_memory_gib:.1f} GiB here")
     anchor = pred.get("anchor") or {}
     if anchor.get("evidence_distance") is not None:
         why += (f"; ×{anchor['factor']:.2f} for how far the model was off on the recorded runs of this layout "
@@ -598,7 +556,8 @@ def candidate(cfg: dict[str, Any], ctx: CompletedTarget, pred: dict[str, Any], m
         "measured": measured,
         "evidence": evidence,
         "memory": {"fits": mem.fits, "predicted_peak_memory_gib": mem.predicted_peak_memory_gib,
-                   "gpu_memory_gib": mem.gpu_memory_gib, "p_fits": round(p_fits(mem, exact), 3)},
+                   "gpu_memory_gib": mem.gpu_memory_gib, "p_fits": round(p_fits(mem, exact, shown), 3),
+                   "fit_shown_by_run_id": shown["first_id"] if shown is not None else None},
         "why": why,
         "extrapolates": bool(extrapolates),
         "extrapolation": list(extrapolates or []),

@@ -65,6 +65,11 @@ class PredictMemory(BaseModel):
     usable_memory_gib: float | None
     p_fits: float
     recorded_oom_run_id: int | None
+    fit_shown_by_run_id: int | None = Field(default=None, description=(
+        "a recorded successful run of the same layout with no less memory per GPU (same model, GPU type, "
+        "framework, precision; ZeRO, micro-batch, micro-batches in flight, recompute, DP no more "
+        "memory-friendly): it shows the configuration fits although the memory model predicts more than "
+        "the usable memory"))
     peak_stage: str
     breakdown_gib: dict[str, float]
 
