@@ -79,11 +79,12 @@ from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
-from scipy.optimize import _numdiff, least_squares
+from scipy.optimize import least_squares
 from sqlalchemy.orm import Session
 
 from core import hardware
 from service import run_configs
+from service.analytics.numdiff import finite_difference_jacobian
 from service.analytics.throughput_terms import OPTIMIZER_BYTES, Terms, terms, terms_table
 from service.db import fetch_rows
 from service.tables import Run
@@ -359,26 +360,6 @@ def fit(rows: list[dict[str, Any]], group: dict[str, Any], network_gb_s: float |
                loo_median_rel_err=float(np.median(np.abs(np.expm1(loo)))),
                loo_log_q80=float(np.quantile(np.abs(loo), 0.8)),
                loo_log_sigma=float(1.4826 * np.median(np.abs(loo))))
-
-
-def finite_difference_jacobian(residuals_many: Any, x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """scipy's two-point finite-difference Jacobian of least_squares (jac="2-point": scipy.optimize._numdiff
-    approx_derivative — its step, turned one-sided at the bounds, and J[:, i] = (f(x + h_i e_i) − f(x)) /
-    ((x_i + h_i) − x_i)) with f(x) and the perturbed residuals from one residuals_many call: the same floats
-    (its transposed layout too, which the solver's products read), one array pass instead of one call per
-    parameter."""
-    f0 = residuals_many(x[None, :])[0]
-    h = _numdiff._compute_absolute_step(None, x, f0, "2-point")
-    h, _ = _numdiff._adjust_scheme_to_bounds(x, h, 1, "1-sided", lo, hi)
-    xs = np.tile(x, (len(x) + 1, 1))
-    for i in range(len(x)):
-        xs[i + 1, i] = x[i] + h[i]
-    f = residuals_many(xs)
-    dx = (x + h) - x
-    jac_t = np.empty((len(x), len(f0)))
-    for i in range(len(x)):
-        jac_t[i] = (f[i + 1] - f[0]) / dx[i]
-    return jac_t.T
 
 
 #: configuration rows' recorded bandwidth averages: (row key, runs column — copied from extra at ingest)
