@@ -104,6 +104,10 @@ class Terms:
         (ZeRO §5: each rank steps its own shard) — a memory-bound pass of OPTIMIZER_BYTES each;
     layer_passes: layer forward+backward passes per GPU per step, L/pp × m (× 4/3 with full
         recompute): the unit of the per-layer CPU launch time (throughput.py: LAUNCH_S_PER_LAYER);
+    dp_overlap: the share of the last micro-batch's stage time the gradient reduction hides behind: its
+        backward, 2/3 of a layer pass (twice the forward's FLOPs [NA21 §3.3]), 3/4 with full recompute (the
+        recomputed forward runs inside it); 0 without DP or where the framework reduces after the backward
+        (grad_reduce_overlap);
     tokens_per_gpu: global batch tokens / world size.
     """
 
@@ -138,6 +142,7 @@ class Terms:
     opt_params: float
     layer_passes: float
     dp_nodes_log2: float
+    dp_overlap: float
     tokens_per_gpu: float
     dp_bw_source: str
 
@@ -210,6 +215,24 @@ CATALOG_NETWORK_EFFICIENCY = 0.85
 #: and the gradient-norm clipping reads the gradient once more (4 B): 34 B, at HBM speed (memory-bound,
 #: about 1 FLOP per byte)
 OPTIMIZER_BYTES = 34.0
+
+
+def grad_reduce_overlap(framework: str) -> float:
+    """1.0 where the framework's data-parallel gradient reduction runs behind the LAST micro-batch's
+    backward (bucket by bucket, as the backward produces the gradients), else 0.0.
+
+    [UP "Data Parallelism"], "First optimization: overlap gradient synchronization with backward pass" and
+    "bucketing"; PyTorch DDP (Li et al. 2020, "PyTorch Distributed", VLDB 13(12) §3.2.3: an all-reduce per
+    bucket as soon as its gradients are ready; with gradient accumulation only the micro-batch that
+    syncs reduces, no_sync on the others, §3.2.4). nanotron (the default when no framework is named, as
+    elsewhere in this module) reduces this way: its DDP comm hook fp32_accum_hook launches each bucket's
+    all_reduce_coalesced / reduce_scatter_coalesced asynchronously in the backward of the micro-batch that
+    syncs ([NT] optim/gradient_accumulator.py; parallel/data_parallel/utils.py ddp_trigger_sync_in_bwd).
+    Megatron-DeepSpeed (vTrain's runs) does not: DeepSpeed's pipeline schedule issues ReduceGrads after
+    the last backward (deepspeed/runtime/pipe/schedule.py, TrainSchedule); other frameworks are taken not
+    to unless they say so (Megatron-LM's overlap_grad_reduce defaults to False)."""
+    fw = framework.lower()
+    return 1.0 if ("nanotron" in fw or fw == "") else 0.0
 
 
 def dp_ranks_per_node(dp: Any, tp: Any, cp: Any, gpus_per_node: Any) -> Any:
@@ -426,6 +449,10 @@ def _dp_terms(st: _Step, full_node_inter: Any, network_gb_s: float | None) -> di
     return {"dp_bytes": dp_bytes, "dp_bw": dp_bw, "dp_bw_source": source,
             "zero_gather_bytes": np.where((zero == 1) | (zero == 2), share * local * _BF16, 0.0),
             "dp_nodes_log2": np.where(crosses, np.log2(np.where(crosses, tp * cp * dp / gpn, 1.0)), 0.0),
+            # the share of the last micro-batch's stage time the bucketed reduction hides behind: its backward,
+            # 2/3 of a layer pass, 3/4 with full recompute (grad_reduce_overlap)
+            "dp_overlap": np.where(n_dp > 1, np.array([grad_reduce_overlap(fw) for fw in st.framework], dtype=float)
+                                   * np.where(st.full_recompute, 0.75, 2.0 / 3.0), 0.0),
             # each rank steps its own shard under ZeRO ≥ 1 (ZeRO §5)
             "opt_params": local / np.where(zero >= 1, n_dp, 1)}
 
