@@ -269,3 +269,21 @@ def test_a_small_models_narrow_matmuls_wait_for_the_cpus_kernel_launches():
     big = tt.terms(_cfg())
     compute = th.step_time(big, p)[1]
     assert compute < 1.01 * (compute ** 4 - (th.LAUNCH_S_PER_LAYER * big.layer_passes) ** 4) ** 0.25
+
+
+def test_the_gradient_reduction_hides_behind_the_last_backward_where_the_framework_overlaps_it():
+    """nanotron reduces the gradients bucket by bucket during the last micro-batch's backward
+    (throughput_terms.grad_reduce_overlap): only what outlasts that backward is exposed, so its DP term
+    is below the same reduction taken after the backward (as Megatron-DeepSpeed takes it), by no more
+    than the window (2/3 of one micro-batch's stage time), and a layout without DP has nothing to hide."""
+    over = {"nodes": 8, "dp": 64, "grad_accum_steps": 4}
+    nano = tt.terms(_cfg(**over))
+    after = tt.terms(_cfg(framework="Megatron-DeepSpeed", **over))
+    assert nano.dp_overlap == pytest.approx(2 / 3) and after.dp_overlap == 0.0
+    assert tt.terms(_cfg(dp=1, tp=8, grad_accum_steps=256)).dp_overlap == 0.0
+    assert tt.terms(_cfg(recompute="full", **over)).dp_overlap == pytest.approx(3 / 4)
+    _, compute, _, dp_nano, _, _ = th.step_time(nano, th.PRIOR)
+    # the same terms with the reduction taken after the backward: the overlap alone
+    _, _, _, dp_after, _, _ = th.step_time({**nano.__dict__, "dp_overlap": 0.0}, th.PRIOR)
+    window = (2 / 3) * compute / nano.micro_batches
+    assert dp_after - window <= dp_nano < dp_after
