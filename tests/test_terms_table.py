@@ -81,6 +81,11 @@ def test_predictions_and_corrections_in_arrays_equal_one_at_a_time(database, dat
                 "micro_batch_size": c["micro_batch_size"], "zero_stage": c["zero_stage"] or 0} for c in cfgs[:-5]]
     assert anchors.corrections(layouts) == [anchors.correction(c) for c in layouts]
     assert any(d0 is not None for _, d0, _ in anchors.corrections(layouts))
+    # a family's kriging set-up is built when a candidate first asks of it: asked in another order, one
+    # family at a time, a fresh Anchors gives the same corrections
+    fresh = anchor.Anchors(rows, fit, lambda r: abs(math.log(r["nodes"] / 4)),
+                           terms_of=lambda rs: model.terms_table(rs, fit.network_gb_s))
+    assert [fresh.correction(c) for c in layouts[::-1]][::-1] == anchors.corrections(layouts)
 
 
 def test_recommend_scores_in_arrays_equal_one_at_a_time(database, data_dir):

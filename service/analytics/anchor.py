@@ -150,21 +150,25 @@ class Anchors:
             groups[_family(r)].append((r, res, distance(r)))
         self.lengths = correlation_lengths(residuals)
         self.groups = dict(groups)
-        # per family, its evidence as arrays for correction(): residuals, distances from the target,
-        # ln micro-batch, ZeRO stage
-        self._arrays = {key: (np.array([x for _, x, _ in g]), np.array([d for _, _, d in g]),
-                              np.array([math.log(r["micro_batch_size"]) if r.get("micro_batch_size") else math.nan
-                                        for r, _, _ in g]),
-                              np.array([r.get("zero_stage") or 0 for r, _, _ in g]))
-                        for key, g in self.groups.items()}
-        # per family, the simple-kriging system of its MAX_EVIDENCE runs nearest the target (unit
-        # sill, nugget NUGGET): for the posterior variance of a candidate's residual
-        self._kriging: dict[tuple, tuple[list[int], Any]] = {}
-        for key, group in self.groups.items():
-            near = sorted(range(len(group)), key=lambda i: (group[i][2], i))[:MAX_EVIDENCE]
-            feats = _features([group[i][0] for i in near])
+        self._set_up: dict[tuple, tuple] = {}  # _family_arrays, per family a candidate asked about
+
+    def _family_arrays(self, key: tuple) -> tuple:
+        """Family `key`'s evidence as arrays for corrections() — residuals, distances from the target, ln
+        micro-batch, ZeRO stage — and its simple-kriging system: the MAX_EVIDENCE runs nearest the target
+        and the Cholesky factor of their covariance (unit sill, nugget NUGGET), for the posterior variance
+        of a candidate's residual. Built the first time a candidate of the family asks (a request's
+        candidates ask of some of the families)."""
+        if key not in self._set_up:
+            g = self.groups[key]
+            near = sorted(range(len(g)), key=lambda i: (g[i][2], i))[:MAX_EVIDENCE]
+            feats = _features([g[i][0] for i in near])
             cov = np.exp(-self._pairwise(feats, feats))
-            self._kriging[key] = (near, cho_factor(cov + NUGGET * np.eye(len(near))))
+            self._set_up[key] = (np.array([x for _, x, _ in g]), np.array([d for _, _, d in g]),
+                                 np.array([math.log(r["micro_batch_size"]) if r.get("micro_batch_size") else math.nan
+                                           for r, _, _ in g]),
+                                 np.array([r.get("zero_stage") or 0 for r, _, _ in g]),
+                                 near, cho_factor(cov + NUGGET * np.eye(len(near))))
+        return self._set_up[key]
 
     def _pairwise(self, a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> np.ndarray:
         """Distances in correlation lengths between two sets of recorded configurations (_features)."""
@@ -204,9 +208,9 @@ class Anchors:
             families[_family(cfg)].append(i)
         lam = self.lengths
         for key, idx in families.items():
-            if key not in self._arrays:
+            if key not in self.groups:
                 continue
-            res, d, ln_mbs, zero = self._arrays[key]
+            res, d, ln_mbs, zero, near, factor = self._family_arrays(key)
             cand_mbs = np.array([math.log(cfgs[i]["micro_batch_size"]) for i in idx])[:, None]
             cand_zero = np.array([cfgs[i]["zero_stage"] for i in idx])[:, None]
             # scaled_distance of every (candidate, evidence row) pair (a missing micro-batch counts 0, as there)
@@ -215,7 +219,6 @@ class Anchors:
                      + (zero != cand_zero).astype(float) / lam["zero"].length)
             w = np.exp(-dists)
             d0 = dists.min(axis=1)
-            near, factor = self._kriging[key]
             # (the solves and dot products one candidate at a time, each on a vector of its own: LAPACK and
             # BLAS sum in another order for a matrix than for a vector, and the answers keep their last bits)
             for row, i in enumerate(idx):
