@@ -374,3 +374,30 @@ def test_a_host_oom_vetoes_no_layout_but_a_gpu_oom_does(client, database):
     # MBS 2 is implied by no recorded OOM (the host OOM at MBS 1 says nothing); MBS 4 by the GPU OOM
     assert oom_implied({**cfg, "micro_batch_size": 2}, ctx, ooms) is None  # type: ignore[arg-type]
     assert oom_implied({**cfg, "micro_batch_size": 4}, ctx, ooms)["micro_batch_size"] == 4  # type: ignore[arg-type,index]
+
+
+def test_a_target_no_run_measured_takes_batch_and_framework_from_the_nearest_configuration(database, data_dir):
+    """complete_target ranks the recorded configurations (target.ranked_rows) only when a completion asks
+    for them: a target no run was measured on (a node count never recorded) takes the global batch and
+    the framework of the nearest one, and says so; one measured on takes them from its run."""
+    from service import store
+    from service.analytics import target as tg
+    from service.analytics import throughput as th
+
+    with database.session(write=True) as s:
+        store.store_runs(s, playbook_sample(data_dir).records)
+    with database.session() as s:
+        rows, _ = th.read_configs(s)
+        notes: list[str] = []
+        ctx, _, found = tg.complete_target(s, tg.Target(model_params=1_340_000_000, nodes=3), rows, notes)
+        assert not found.runs and ctx.nodes == 3
+        nearest = tg.ranked_rows(rows, ctx.size_class, 3, ctx.seq_len, ctx.gpu_type)
+        n = nearest[0]
+        assert ctx.global_batch_tokens == n["dp"] * n["micro_batch_size"] * n["grad_accum_steps"] * n["seq_len"]
+        assert ctx.framework == [r for r in nearest if r["gpu_type"] == ctx.gpu_type][0]["framework"]
+        assert any("the nearest recorded configuration's" in x for x in notes)
+        assert any("the nearest recorded configurations'" in x for x in notes)
+        measured_notes: list[str] = []
+        ctx2, _, found2 = tg.complete_target(s, tg.Target(model_params=1_340_000_000, nodes=2), rows, measured_notes)
+        assert found2.runs and ctx2.global_batch_tokens == found2.runs[0]["global_batch_tokens"]
+        assert any("measured on this target" in x for x in measured_notes)

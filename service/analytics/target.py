@@ -11,7 +11,9 @@ vendor, 1 otherwise).
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -238,7 +240,10 @@ def complete_target(session: Session, target: Target, rows: list[dict[str, Any]]
     gpu = _target_gpu(target, rows, notes)
     seq = _target_seq(target, rows, gpu, notes)
     asked_class = model_size_class(target.model_params)
-    precision = _precision(target, ranked_rows(rows, asked_class, target.nodes, seq, gpu), gpu, notes)
+    # the rows nearest the target (ranked_rows), ranked when a completion asks for them: only those the records
+    # do not answer on the target itself do (most targets' GPU has a bf16 peak and runs measured on it)
+    precision = _precision(target, functools.cache(lambda: ranked_rows(rows, asked_class, target.nodes, seq, gpu)),
+                           gpu, notes)
     given = {f: getattr(target, f) for f in DIM_FIELDS}
     cell = on_target.Cell(target.model_params, target.family, target.nodes, target.gpus_per_node, gpu, seq,
                           {k: v for k, v in given.items() if v})
@@ -260,7 +265,7 @@ def complete_target(session: Session, target: Target, rows: list[dict[str, Any]]
     ctx.size_class = size_class = model_size_class(ctx.model_params)
     _inferred_dims_note(ctx, "the target leaves out" if any(given.values()) else "the records leave out"
                         if recorded else "neither given nor recorded", notes)
-    ranked = ranked_rows(rows, size_class, target.nodes, seq, gpu)
+    ranked = functools.cache(lambda: ranked_rows(rows, size_class, target.nodes, seq, gpu))
     ctx.global_batch_tokens = target.global_batch_tokens
     if target.global_batch_tokens is None and need_batch:
         ctx.global_batch_tokens = _target_batch(found, ranked, notes)
@@ -290,7 +295,7 @@ def _inferred_dims_note(ctx: CompletedTarget, source: str, notes: list[str]) -> 
                      "costed on them")
 
 
-def _target_batch(found: on_target.Measured, ranked: list[dict[str, Any]], notes: list[str]) -> int:
+def _target_batch(found: on_target.Measured, ranked: Callable[[], list[dict[str, Any]]], notes: list[str]) -> int:
     """The global batch (tokens) of the first run measured on the target, else of the nearest recorded
     configuration; BadRequest when neither gives one."""
     for run in found.runs[:1]:
@@ -298,8 +303,8 @@ def _target_batch(found: on_target.Measured, ranked: list[dict[str, Any]], notes
             notes.append(f"global_batch_tokens not given: {run['global_batch_tokens']:,}, run "
                          f"#{run['run_id']}'s (measured on this target)")
             return int(run["global_batch_tokens"])
-    if ranked:
-        n = ranked[0]
+    if ranked():
+        n = ranked()[0]
         gbt = n["dp"] * n["micro_batch_size"] * n["grad_accum_steps"] * n["seq_len"] if n["dp"] else None
         if gbt:
             notes.append(f"global_batch_tokens not given: {gbt:,}, the nearest recorded configuration's")
@@ -308,7 +313,7 @@ def _target_batch(found: on_target.Measured, ranked: list[dict[str, Any]], notes
                      [{"field": "global_batch_tokens", "value": None, "message": "required"}])
 
 
-def _precision(target: Target, ranked: list[dict[str, Any]], gpu: str | None, notes: list[str]) -> str:
+def _precision(target: Target, ranked: Callable[[], list[dict[str, Any]]], gpu: str | None, notes: list[str]) -> str:
     """The precision the target is costed in: the one given (canonical name; BadRequest when the
     catalog has no peak for it on the GPU); else bf16, mixed-precision training's matmul precision,
     where the catalog has a bf16 peak for the GPU; else the precision of the nearest recorded
@@ -324,7 +329,7 @@ def _precision(target: Target, ranked: list[dict[str, Any]], gpu: str | None, no
     if gpu is None or hardware.peak_tflops(gpu, "bf16"):
         notes.append("costed in bf16 (the question names no precision)")
         return "bf16"
-    on_gpu = [r for r in ranked if r["gpu_type"] == gpu and hardware.peak_tflops(gpu, r["precision"])]
+    on_gpu = [r for r in ranked() if r["gpu_type"] == gpu and hardware.peak_tflops(gpu, r["precision"])]
     if on_gpu:
         notes.append(f"costed in {on_gpu[0]['precision']}: the catalog has no bf16 peak for {gpu}; the nearest "
                      "recorded configuration on it ran in that precision")
@@ -357,7 +362,7 @@ def resolve_framework(name: str, rows: list[dict[str, Any]], notes: list[str]) -
 
 
 def _target_framework(target: Target, found: on_target.Measured, rows: list[dict[str, Any]],
-                      ranked: list[dict[str, Any]], gpu: str | None, notes: list[str]) -> str | None:
+                      ranked: Callable[[], list[dict[str, Any]]], gpu: str | None, notes: list[str]) -> str | None:
     """The framework the target is costed for: the one given (resolve_framework); else that of the
     first run measured on the target when the records hold configurations of it to fit on; else
     that of the nearest recorded configurations (on the target GPU when it has any)."""
@@ -367,7 +372,7 @@ def _target_framework(target: Target, found: on_target.Measured, rows: list[dict
         if run["framework"] and any(r["framework"] == run["framework"] for r in rows):
             notes.append(f"framework: {run['framework']} (run #{run['run_id']}'s, measured on this target)")
             return str(run["framework"])
-    on_gpu = [r for r in ranked if r["gpu_type"] == gpu] or ranked
+    on_gpu = [r for r in ranked() if r["gpu_type"] == gpu] or ranked()
     if not on_gpu:
         return None
     fw = on_gpu[0]["framework"]
