@@ -135,3 +135,13 @@ def test_fit_with_the_one_pass_jacobian_equals_scipys(database, data_dir):
         assert ours.params == scipys.params
         assert (ours.loo_log_q80, ours.loo_log_sigma, ours.loo_median_rel_err) == (
             scipys.loo_log_q80, scipys.loo_log_sigma, scipys.loo_median_rel_err)
+
+
+def test_config_values_field_by_field_equal_config_value_row_by_row(database, data_dir):
+    from service.analytics import on_target
+
+    rows = _rows(database, data_dir)
+    rows = rows + [{**rows[0], "zero_stage": None, "recompute": None, "cp": None}, {"tp": 2}]
+    assert on_target.config_values(rows, rec.LAYOUT_FIELDS) == [
+        tuple(on_target.config_value(r, f) for f in rec.LAYOUT_FIELDS) for r in rows]
+    assert on_target.config_values(rows, ()) == [() for _ in rows]

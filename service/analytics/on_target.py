@@ -155,6 +155,13 @@ def config_value(row: dict[str, Any], f: str) -> Any:
     return CONFIG_DEFAULTS.get(f) if v is None else v
 
 
+def config_values(rows: list[dict[str, Any]], fields: tuple[str, ...]) -> list[tuple]:
+    """Each row's `fields` read by config_value, as tuples in row order (read field by field)."""
+    cols = [[default if (v := r.get(f)) is None else v for r in rows] for f, default in
+            ((f, CONFIG_DEFAULTS.get(f)) for f in fields)]
+    return list(zip(*cols)) if cols else [() for _ in rows]
+
+
 def config_key(run: dict[str, Any]) -> tuple:
     """A run's configuration: its CONFIG_FIELDS read by config_value."""
     return tuple(config_value(run, f) for f in CONFIG_FIELDS)

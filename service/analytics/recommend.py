@@ -51,7 +51,7 @@ from service.analytics.anchor import SUPPORT_DISTANCE, Anchors, interval_halves
 from service.analytics.fits import MEMORY_MARGIN, fit_shown, oom_implied, p_fits
 from service.analytics.fits import oom_rows as _oom_rows
 from service.analytics.memory import estimate_memory
-from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value
+from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value, config_values
 from service.analytics.target import CompletedTarget, Target, complete_target, distance, distances
 from service.db import fetch_select
 from service.errors import BadRequest
@@ -219,8 +219,8 @@ class Prepared:
         order: the evidence of each candidate layout, found once per request."""
         if self._by_layout is None:
             self._by_layout = {}
-            for r in self.rows:
-                self._by_layout.setdefault(tuple(_value(r, f) for f in LAYOUT_FIELDS), []).append(r)
+            for r, key in zip(self.rows, config_values(self.rows, LAYOUT_FIELDS)):
+                self._by_layout.setdefault(key, []).append(r)
         return self._by_layout
 
     def distance(self, r: dict[str, Any]) -> float:
