@@ -70,6 +70,13 @@ def oom_implied(cfg: dict[str, Any], ctx: CompletedTarget, ooms: list[dict[str, 
             return o
     return None
 
+def same_model_rows(ctx: CompletedTarget, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of `rows` that fit_shown can read as proof for the target `ctx`: its GPU type, size class,
+    seq_len, framework and precision (fit_shown's equalities on the target, taken once per request)."""
+    return [r for r in rows if r["gpu_type"] == ctx.gpu_type and r["model_size_class"] == ctx.size_class
+            and r["seq_len"] == ctx.seq_len and r["framework"] == ctx.framework and r["precision"] == ctx.precision]
+
+
 def fit_shown(cfg: dict[str, Any], ctx: CompletedTarget, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The recorded successful configuration (a row of `rows`) that shows `cfg` fits on the target even
     where the memory model says it does not, or None — oom_implied's mirror: same GPU type, size class,
@@ -80,7 +87,8 @@ def fit_shown(cfg: dict[str, Any], ctx: CompletedTarget, rows: list[dict[str, An
     over DP in the recorded run), a DP ≤ cfg's. Every term of the memory model (service/analytics/memory.py) is then no
     larger for cfg than for a run that fitted, so the record wins over the model's absolute figure —
     which is off most where memory is tight (the caching allocator keeps less slack there: bench/RESULTS.md,
-    "Issue 25, fourth pass"). NULLs are read as config_value reads them."""
+    "Issue 25, fourth pass"). NULLs are read as config_value reads them. `rows` may be any configuration
+    rows; same_model_rows(ctx, rows) gives the same answer faster when many layouts are asked."""
     zero, mbs, gas = cfg["zero_stage"], cfg["micro_batch_size"], cfg["grad_accum_steps"]
     for r in rows:
         if (r["gpu_type"] == ctx.gpu_type and r["model_size_class"] == ctx.size_class

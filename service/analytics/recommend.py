@@ -48,7 +48,7 @@ from core.model import model_size_class
 from service.analytics import on_target
 from service.analytics import throughput as th
 from service.analytics.anchor import SUPPORT_DISTANCE, Anchors, interval_halves
-from service.analytics.fits import MEMORY_MARGIN, fit_shown, oom_implied, p_fits
+from service.analytics.fits import MEMORY_MARGIN, fit_shown, oom_implied, p_fits, same_model_rows
 from service.analytics.fits import oom_rows as _oom_rows
 from service.analytics.memory import estimate_memory
 from service.analytics.on_target import CONFIG_FIELDS, DIM_FIELDS, config_value, config_values
@@ -213,6 +213,13 @@ class Prepared:
     measured: on_target.Measured
     _distances: dict[int, float] = field(default_factory=dict, repr=False)
     _by_layout: dict[tuple, list[dict[str, Any]]] | None = field(default=None, repr=False)
+    _same_model: list[dict[str, Any]] | None = field(default=None, repr=False)
+
+    def same_model_rows(self) -> list[dict[str, Any]]:
+        """The configuration rows that can show a layout fits (fits.same_model_rows), found once per request."""
+        if self._same_model is None:
+            self._same_model = same_model_rows(self.ctx, self.rows)
+        return self._same_model
 
     def rows_by_layout(self) -> dict[tuple, list[dict[str, Any]]]:
         """The request's configuration rows by their LAYOUT_FIELDS values (as _value reads them), in row
@@ -377,7 +384,7 @@ def admissible(prep: Prepared, item: Scored, counts: dict[str, int], *,
         tight = (margin > 0 and mem.usable_memory_gib is not None
                  and mem.predicted_peak_memory_gib * (1.0 + margin) > mem.usable_memory_gib)
         if mem.fits is False or tight:
-            shown = fit_shown(item.config, prep.ctx, prep.rows)
+            shown = fit_shown(item.config, prep.ctx, prep.same_model_rows())
             if shown is None:
                 counts["memory_rejected"] = counts.get("memory_rejected", 0) + 1
                 return None
