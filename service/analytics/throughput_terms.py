@@ -195,7 +195,7 @@ def stage_imbalance(model: ModelShape, pp: int, seq: int, framework: str | None)
     """
     if pp <= 1:
         return 1.0
-    nanotron = "nanotron" in str(framework or "").lower() or not framework
+    nanotron = is_nanotron(framework)
     layers, head = stage_split(model, pp, balanced=nanotron)
     per_layer = 6.0 * model.layer_params() + 12.0 * model.h * seq
     stage = [n * per_layer for n in layers]
@@ -217,6 +217,12 @@ CATALOG_NETWORK_EFFICIENCY = 0.85
 OPTIMIZER_BYTES = 34.0
 
 
+def is_nanotron(framework: str | None) -> bool:
+    """Whether the terms take `framework` as nanotron: its name says so, or no framework is named (the
+    Ultra-Scale sweep's framework, the one the PRIOR was fitted on, is this module's default)."""
+    return not framework or "nanotron" in framework.lower()
+
+
 def grad_reduce_overlap(framework: str) -> float:
     """1.0 where the framework's data-parallel gradient reduction runs behind the LAST micro-batch's
     backward (bucket by bucket, as the backward produces the gradients), else 0.0.
@@ -231,8 +237,7 @@ def grad_reduce_overlap(framework: str) -> float:
     Megatron-DeepSpeed (vTrain's runs) does not: DeepSpeed's pipeline schedule issues ReduceGrads after
     the last backward (deepspeed/runtime/pipe/schedule.py, TrainSchedule); other frameworks are taken not
     to unless they say so (Megatron-LM's overlap_grad_reduce defaults to False)."""
-    fw = framework.lower()
-    return 1.0 if ("nanotron" in fw or fw == "") else 0.0
+    return 1.0 if is_nanotron(framework) else 0.0
 
 
 def dp_ranks_per_node(dp: Any, tp: Any, cp: Any, gpus_per_node: Any) -> Any:
@@ -434,7 +439,10 @@ def _dp_terms(st: _Step, full_node_inter: Any, network_gb_s: float | None) -> di
     # the params all-gathered in the forward and again in the backward (ZeRO §7: 1.5× DP's volume)
     n_dp = dp * cp
     local = st.n_params / (tp * pp)
-    grad_bytes = np.array([_FP32 if ("nanotron" in fw or fw == "") else _BF16 for fw in st.framework], dtype=float)
+    names = sorted(set(st.framework))  # each framework's rules read once, not per row
+    grad_bytes = np.array([_FP32 if is_nanotron(fw) else _BF16 for fw in names])[
+        np.searchsorted(names, st.framework)]
+    overlaps = np.array([grad_reduce_overlap(fw) for fw in names])[np.searchsorted(names, st.framework)]
     share = np.where(n_dp > 1, (n_dp - 1) / n_dp, 0.0)
     dp_bytes = np.select([zero == 0, zero == 3],
                          [2 * share * local * grad_bytes, share * local * (grad_bytes + 2 * _BF16)],
@@ -450,9 +458,8 @@ def _dp_terms(st: _Step, full_node_inter: Any, network_gb_s: float | None) -> di
             "zero_gather_bytes": np.where((zero == 1) | (zero == 2), share * local * _BF16, 0.0),
             "dp_nodes_log2": np.where(crosses, np.log2(np.where(crosses, tp * cp * dp / gpn, 1.0)), 0.0),
             # the share of the last micro-batch's stage time the bucketed reduction hides behind: its backward,
-            # 2/3 of a layer pass, 3/4 with full recompute (grad_reduce_overlap)
-            "dp_overlap": np.where(n_dp > 1, np.array([grad_reduce_overlap(fw) for fw in st.framework], dtype=float)
-                                   * np.where(st.full_recompute, 0.75, 2.0 / 3.0), 0.0),
+            # 2/3 of a layer pass, 3/4 with full recompute, where the framework overlaps it (grad_reduce_overlap)
+            "dp_overlap": np.where(n_dp > 1, overlaps * np.where(st.full_recompute, 0.75, 2.0 / 3.0), 0.0),
             # each rank steps its own shard under ZeRO ≥ 1 (ZeRO §5)
             "opt_params": local / np.where(zero >= 1, n_dp, 1)}
 
