@@ -17,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import duckdb_engine
+import numpy as np
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
@@ -267,6 +268,36 @@ def fetch_rows(session: Session, sql: str) -> list[tuple]:
     thousands of rows) and builds a Row per row on PostgreSQL (~1.5×)."""
     raw: Any = session.connection().connection.driver_connection
     return list(raw.execute(sql).fetchall())
+
+
+def fetch_ordered(session: Session, sql: str, order_by: Sequence[str], text: Collection[str] = ()) -> list[tuple]:
+    """fetch_rows of the plain SQL `sql` (no ORDER BY of its own) — the same tuples of Python values — ordered
+    by its selected columns named in `order_by` (each ascending, NULLs last; those in `text` hold strings:
+    by code point, whatever the database's collation). DuckDB: its fetchnumpy, column by column (~3× faster
+    than its fetchall for thousands of rows), ordered by numpy's lexsort (stable; several times faster than
+    DuckDB's ORDER BY of many columns); PostgreSQL: an ORDER BY (text COLLATE "C")."""
+    raw: Any = session.connection().connection.driver_connection
+    if session.get_bind().dialect.name != "duckdb":
+        collate = ' COLLATE "C"'
+        sql += " ORDER BY " + ", ".join(f"{c}{collate if c in text else ''} NULLS LAST" for c in order_by)
+        return list(raw.execute(sql).fetchall())
+    fetched = raw.execute(sql).fetchnumpy()
+    cols = list(fetched.values())
+    if not len(cols[0]):
+        return []
+    keys: list[Any] = []  # lexsort's last key sorts first: per column its NULLs last, then its values
+    for name in reversed(order_by):
+        nulls = np.ma.getmaskarray(fetched[name])
+        data = np.ma.getdata(fetched[name])
+        if data.dtype == object:  # strings: their rank among the column's (Python's code-point order)
+            values, is_null = data.tolist(), nulls.tolist()
+            rank = {v: i for i, v in enumerate(sorted({v for v, m in zip(values, is_null) if not m}))}
+            data = np.array([0 if m else rank[v] for v, m in zip(values, is_null)])
+        elif nulls.any():
+            data = np.where(nulls, 0, data)
+        keys += [data, nulls]
+    order = np.lexsort(keys)
+    return list(zip(*(col[order].tolist() for col in cols)))
 
 
 def fetch_select(session: Session, query: sa.Select) -> tuple[list[str], list[tuple]]:

@@ -197,3 +197,30 @@ def test_an_open_run_enters_when_it_finishes(database, synthetic):
         assert run_configs.stored(s) == {}
     store.ingest(database, [done])
     assert len(assert_summary_is_recompute(database)) == 1
+
+
+def test_fetch_ordered_orders_as_python_sorts(database):
+    """db.fetch_ordered (read_configs' reading of run_configs: DuckDB's columns ordered by numpy's lexsort,
+    PostgreSQL's ORDER BY … COLLATE "C") gives fetch_rows' tuples in the order of Python's stable sorts, last column
+    first, each column's values ascending (strings by code point, whatever the collation), NULLs last."""
+    from service.db import fetch_ordered, fetch_rows
+
+    texts = ["a", "B", "b", "Z", "é", "É", "ä", "", "a b", "a-b", None]
+    rows = [(texts[(3 * i) % len(texts)], [True, False, None][i % 3], [3, -1, None, 10, 3][i % 5],
+             [0.5, None, -2.0, 0.5][i % 4], i) for i in range(60)]
+    with database.session(write=True) as s:
+        s.execute(sa.text("CREATE TEMPORARY TABLE t_order (s VARCHAR, b BOOLEAN, i INTEGER, f DOUBLE PRECISION, "
+                          "n INTEGER)"))
+        for r in rows:
+            s.execute(sa.text("INSERT INTO t_order VALUES (:s, :b, :i, :f, :n)"),
+                      dict(zip(("s", "b", "i", "f", "n"), r)))
+        sql = "SELECT s, b, i, f, n FROM t_order"
+        got = fetch_ordered(s, sql, ("s", "b", "i", "f"), {"s"})
+        fetched = fetch_rows(s, sql)
+        s.execute(sa.text("DROP TABLE t_order"))
+    expected = sorted(fetched, key=lambda r: r[4])
+    for i in reversed(range(4)):
+        expected = sorted((r for r in expected if r[i] is not None), key=lambda r: r[i]) + \
+            [r for r in expected if r[i] is None]
+    assert got == expected
+    assert [tuple(map(type, r)) for r in got] == [tuple(map(type, r)) for r in expected]

@@ -89,8 +89,8 @@ from core import hardware
 from service import run_configs
 from service.analytics.numdiff import finite_difference_jacobian
 from service.analytics.throughput_terms import OPTIMIZER_BYTES, Terms, terms, terms_table
-from service.db import fetch_rows
-from service.tables import Run
+from service.db import fetch_ordered
+from service.tables import Run, RunConfig
 
 PARAMS = ("e_max", "k_h", "a_tp", "alpha_tp", "alpha_tp_pp", "alpha_tp_x", "a_dp", "a_dp_n", "a_zero", "alpha_pp_x",
           "b_act", "b_logit", "b_score")
@@ -393,6 +393,8 @@ def _fit_filter(exclude: sa.ColumnElement | None) -> list[sa.ColumnElement | sa.
 
 #: configuration rows' recorded bandwidth means from run_configs: (row key, summary column prefix)
 _BANDWIDTH_AVGS_SUMMARY = (("allreduce_gb_s", "allreduce_gb_s"), ("ar_intra_gb_s", "ar_intra_node_gb_s"))
+#: the configuration columns that hold strings (ordered by code point)
+_TEXT_COLS = frozenset(c for c in CONFIG_COLS if isinstance(RunConfig.__table__.c[c].type, sa.String))
 
 
 def read_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -> tuple[list[dict[str, Any]], int]:
@@ -405,18 +407,10 @@ def read_configs(session: Session, *, exclude: sa.ColumnElement | None = None) -
     sums = ", ".join(f"{col}_sum, {col}_n" for _, col in _BANDWIDTH_AVGS_SUMMARY)
     sql = (f"SELECT {', '.join(CONFIG_COLS)}, n_runs, tokens_per_sec_per_gpu, first_id, peak_memory_gib, {sums} "
            "FROM run_configs")
-    # sorted here, not by an ORDER BY: DuckDB's 24-column sort took ~25 ms for ~1,700 rows. Strings by code
-    # point (DuckDB's VARCHAR order, and PostgreSQL's under a C collation), NULLs last: stable sorts, last
-    # column first (~2× faster than one sort on a tuple key)
-    fetched = fetch_rows(session, sql)
-    for i in reversed(range(len(CONFIG_COLS))):
-        value = operator.itemgetter(i)
-        if None in map(value, fetched):  # NULLs last: the others sorted by value, then the NULLs in their order
-            known = [r for r in fetched if r[i] is not None]
-            known.sort(key=value)
-            fetched = known + [r for r in fetched if r[i] is None]
-        else:
-            fetched.sort(key=value)
+    # ordered by the configuration, strings by code point (DuckDB's VARCHAR order, PostgreSQL's under a C
+    # collation), NULLs last: fetch_ordered (DuckDB: numpy's lexsort of its columns, not its 24-column ORDER BY,
+    # ~5 ms for ~1,700 rows, nor Python's sorts, ~6 ms)
+    fetched = fetch_ordered(session, sql, CONFIG_COLS, _TEXT_COLS)
     keys = [*CONFIG_COLS, "n_runs", "tokens_per_sec_per_gpu", "first_id", "peak_memory_gib"]
     width = len(keys)
     rows: list[dict[str, Any]] = []
@@ -449,15 +443,16 @@ def _read_rows(session: Session, query: sa.Select) -> tuple[list[dict[str, Any]]
 def _finish_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """(the rows with every degree known, the runs of those without one)."""
     out, unknown = [], 0
+    degrees = operator.itemgetter(*LAYOUT_DEGREES)
     for row in rows:
-        if any(row[d] is None for d in LAYOUT_DEGREES):
+        if None in degrees(row):
             unknown += row["n_runs"]
             continue
         # a float mean depends in its last bits on the order of summation (a parallel aggregate, the
         # summary's running sums): rounded here so that the same runs always give the same fit
         for key, _ in _BANDWIDTH_AVGS:
-            if row[key] is not None:
-                row[key] = round(float(row[key]), 6)
+            if (value := row[key]) is not None:
+                row[key] = round(float(value), 6)
         out.append(row)
     return out, unknown
 
