@@ -267,9 +267,23 @@ def dp_ranks_per_node(dp: Any, tp: Any, cp: Any, gpus_per_node: Any) -> Any:
 
 def world_layout(cfg: dict[str, Any]) -> tuple[int, int, int, int, int]:
     """(dp, tp, pp, cp, gpus_per_node) of a config; dp from the world size when missing."""
-    tp, pp, cp = _int(cfg, "tp"), _int(cfg, "pp"), _int(cfg, "cp")
-    gpn = _int(cfg, "gpus_per_node", 8)
-    dp = cfg.get("dp") or max(1, (_int(cfg, "nodes") * gpn) // (tp * pp * cp))
+    return _world_layout(*map(cfg.get, _LAYOUT_FIELDS))
+
+
+#: the fields world_layout reads, in _world_layout's argument order
+_LAYOUT_FIELDS = ("dp", "tp", "pp", "cp", "gpus_per_node", "nodes")
+#: the values _int reads as "not given" (its default)
+_UNSET = (None, "")
+
+
+def _world_layout(dp: Any, tp: Any, pp: Any, cp: Any, gpn: Any, nodes: Any) -> tuple[int, int, int, int, int]:
+    """world_layout of a config's dp, tp, pp, cp, gpus_per_node and nodes values (_int's reading: None or ""
+    is 1, 8 GPUs per node)."""
+    tp = 1 if tp in _UNSET else int(tp)
+    pp = 1 if pp in _UNSET else int(pp)
+    cp = 1 if cp in _UNSET else int(cp)
+    gpn = 8 if gpn in _UNSET else int(gpn)
+    dp = dp or max(1, ((1 if nodes in _UNSET else int(nodes)) * gpn) // (tp * pp * cp))
     return int(dp), tp, pp, cp, gpn
 
 
@@ -368,23 +382,26 @@ def _gpu(gpu_type: str | None, precision: str | None) -> tuple[float, float, flo
 def _inputs(cfg: dict[str, Any], intra_bw_recorded: float | None) -> tuple:
     """The validated inputs of `cfg` in _INPUTS order, and its framework; ValueError naming the missing
     or uncostable field."""
-    peak, hbm, nvlink, network = _gpu(cfg.get("gpu_type"), cfg.get("precision"))
-    seq = cfg.get("seq_len")
+    # (thousands of rows a request: every field read once, world_layout's rule on the values read)
+    gpu_type, precision, seq, mbs, gas, framework, flash, params, zero, recompute, *layout = map(cfg.get, _INPUT_FIELDS)
+    peak, hbm, nvlink, network = _gpu(gpu_type, precision)
     if not seq:
         raise ValueError("seq_len: required")
-    mbs, gas = cfg.get("micro_batch_size"), cfg.get("grad_accum_steps")
     if not mbs or not gas:
         raise ValueError("micro_batch_size and grad_accum_steps: required")
     dims = _dims(cfg)
     shape = _shape_values(dims)
-    dp, tp, pp, cp, gpn = world_layout(cfg)
-    framework = cfg.get("framework")
-    flash = cfg.get("flash_attention")
+    dp, tp, pp, cp, gpn = _world_layout(*layout)
     flash = True if flash is None else bool(flash) if not isinstance(flash, str) else flash.lower() in ("1", "true")
-    return (*shape[:7], dp, tp, pp, cp, gpn, cfg.get("model_params") or shape[7], _int(cfg, "zero_stage", 0),
-            peak, mbs, gas, seq, cfg.get("recompute") == "full", flash,
+    return (*shape[:7], dp, tp, pp, cp, gpn, params or shape[7], 0 if zero in _UNSET else int(zero),
+            peak, mbs, gas, seq, recompute == "full", flash,
             _imbalance(dims, pp, int(seq), framework), nvlink, network, hbm,
             math.nan if not intra_bw_recorded else intra_bw_recorded), str(framework or "").lower()
+
+
+#: the fields _inputs reads, world_layout's (_LAYOUT_FIELDS) last
+_INPUT_FIELDS = ("gpu_type", "precision", "seq_len", "micro_batch_size", "grad_accum_steps", "framework",
+                 "flash_attention", "model_params", "zero_stage", "recompute", *_LAYOUT_FIELDS)
 
 
 def _flop_terms(st: _Step) -> dict[str, Any]:
