@@ -29,7 +29,7 @@ import httpx
 import pytest
 import schemathesis
 import sqlalchemy as sa
-from conftest import REPO, free_port, shared_data_dir
+from conftest import REPO, create_pg_database, drop_pg_database, free_port, shared_data_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
@@ -45,7 +45,7 @@ from service.settings import Settings
 
 
 #: One app for the fuzzer, loaded eagerly (schemathesis' lazy `from_fixture` loader reads
-#: `request.node._nodeid`, which pytest 9 no longer has); `fuzz_db` points it at each test's database.
+#: `request.node._nodeid`, which pytest 9 no longer has); `fuzz_db` points it at the fuzz's database.
 #: Its placeholder database is a per-process temporary DuckDB file, never the user's default one
 #: (two xdist workers would fight over its lock at collection time).
 _FUZZ_PLACEHOLDER = Database(f"duckdb:///{tempfile.mkdtemp(prefix='sbfuzz')}/placeholder.duckdb")
@@ -56,18 +56,31 @@ FUZZ_APP = create_app(_FUZZ_PLACEHOLDER, Settings(database_url=None))
 schema = schemathesis.openapi.from_asgi("/openapi.json", FUZZ_APP).exclude(method="DELETE", path_regex="/tokens")
 
 
-@pytest.fixture
-def fuzz_db(database):
-    """Serve `database` (with 300 realistic runs) from FUZZ_APP for one test."""
-    from service import store
+@pytest.fixture(scope="module", params=["duckdb", "postgresql"])
+def fuzz_db(request, tmp_path_factory, worker_tag):
+    """One database per backend for the whole fuzz (300 realistic runs stored once), served from
+    FUZZ_APP. The generated requests write to it as they go (runs, retirements, sweeps): the checks —
+    no 5xx, every answer as the schema says — hold whatever is stored, and the order is fixed."""
     from service.api.security import TokenState
 
-    with database.session(write=True) as session:
-        store.store_runs(session, list(benchtool.generate_runs(300, 42, prefix="fuzz")))
-    FUZZ_APP.state.db = database
-    FUZZ_APP.state.tokens = TokenState()
-    yield database
-    FUZZ_APP.state.db = _FUZZ_PLACEHOLDER
+    if request.param == "duckdb":
+        url, pg_name = f"duckdb:///{tmp_path_factory.mktemp('fuzz') / 'fuzz.duckdb'}", None
+    else:
+        pg_name = f"sbfuzz_{worker_tag}"
+        url = create_pg_database(pg_name)
+    database = Database(url)
+    try:
+        database.upgrade()
+        with database.session(write=True) as session:
+            store.store_runs(session, list(benchtool.generate_runs(300, 42, prefix="fuzz")))
+        FUZZ_APP.state.db = database
+        FUZZ_APP.state.tokens = TokenState()
+        yield database
+    finally:
+        FUZZ_APP.state.db = _FUZZ_PLACEHOLDER
+        database.dispose()
+        if pg_name:
+            drop_pg_database(pg_name)
 
 
 @schema.parametrize()
