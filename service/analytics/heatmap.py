@@ -258,15 +258,20 @@ def slices(session: Session, filters: HeatmapFilters, model_size_class: float | 
     """The (GPU type, sequence length) slices of the runs the filters choose (of one size class when
     given): [{"gpu_type", "seq_len", "runs" (every status), "successes", "node_counts" (distinct node
     counts with a successful run)}], the one to show first first (core.rules.slice_key, `most`).
-    Runs without a GPU type or sequence length belong to no slice."""
-    conds = [*filters.conditions(), Run.gpu_type.is_not(None), Run.seq_len.is_not(None)]
+    Runs without a GPU type or sequence length belong to no slice. Read from `run_cells` when the filters
+    are on what it groups by (as heatmap()), else from `runs`."""
+    summary = filters.summary_conditions()
+    table: Any = Run if summary is None else RunCell
+    runs = sa.func.count() if summary is None else sa.func.sum(RunCell.n_runs)
+    conds = [*(filters.conditions() if summary is None else summary),
+             table.gpu_type.is_not(None), table.seq_len.is_not(None)]
     if model_size_class is not None:
-        conds.append(Run.model_size_class == model_size_class)
-    ok = Run.status == SUCCESS_LITERAL
+        conds.append(table.model_size_class == model_size_class)
+    ok = table.status == SUCCESS_LITERAL
     rows = session.execute(
-        sa.select(Run.gpu_type, Run.seq_len, sa.func.count().label("runs"), sa.func.count().filter(ok).label("ok"),
-                  sa.func.count(sa.distinct(Run.nodes)).filter(ok).label("node_counts"))
-        .where(*conds).group_by(Run.gpu_type, Run.seq_len)).all()
-    out = [{"gpu_type": r.gpu_type, "seq_len": int(r.seq_len), "runs": int(r.runs), "successes": int(r.ok),
+        sa.select(table.gpu_type, table.seq_len, runs.label("runs"), runs.filter(ok).label("ok"),
+                  sa.func.count(sa.distinct(table.nodes)).filter(ok).label("node_counts"))
+        .where(*conds).group_by(table.gpu_type, table.seq_len)).all()
+    out = [{"gpu_type": r.gpu_type, "seq_len": int(r.seq_len), "runs": int(r.runs), "successes": int(r.ok or 0),
             "node_counts": int(r.node_counts or 0)} for r in rows]
     return sorted(out, key=lambda s: slice_key(s, most))
