@@ -201,7 +201,7 @@ def test_an_open_run_enters_when_it_finishes(database, synthetic):
 
 def test_fetch_ordered_orders_as_python_sorts(database):
     """db.fetch_ordered (read_configs' reading of run_configs: DuckDB's columns ordered by numpy's lexsort,
-    PostgreSQL's ORDER BY … COLLATE "C") gives fetch_rows' tuples in the order of Python's stable sorts, last column
+    PostgreSQL's rows by Python's sorts) gives fetch_rows' tuples in the order of Python's stable sorts, last column
     first, each column's values ascending (strings by code point, whatever the collation), NULLs last."""
     from service.db import fetch_ordered, fetch_rows
 
@@ -215,7 +215,7 @@ def test_fetch_ordered_orders_as_python_sorts(database):
             s.execute(sa.text("INSERT INTO t_order VALUES (:s, :b, :i, :f, :n)"),
                       dict(zip(("s", "b", "i", "f", "n"), r)))
         sql = "SELECT s, b, i, f, n FROM t_order"
-        got = fetch_ordered(s, sql, ("s", "b", "i", "f"), {"s"})
+        got = fetch_ordered(s, sql, ("s", "b", "i", "f"))
         fetched = fetch_rows(s, sql)
         s.execute(sa.text("DROP TABLE t_order"))
     expected = sorted(fetched, key=lambda r: r[4])
