@@ -135,10 +135,11 @@ A_CP = 0.3
 #: of the kernels the CPU has not launched yet): (gpu¹⁶ + cpu¹⁶)^(1/16) is within 4.4 % of max(gpu, cpu) at
 #: equality and within 0.1 % once one is 1.5 times the other. Nearly a hard maximum, as the sweep's TP8
 #: layouts at micro-batch 1 show: 4.63 ms per layer pass for the 1.34B model and 4.42 ms for the 8.86B one,
-#: whose GPU work is 2.5 times as long (a smooth maximum of exponent 4, 19 % above the maximum at equality,
-#: would put the larger one ~10 % above the smaller). Was 4 while only κ (0.6 ms, binding nowhere in the
-#: fitted data) used it; at 4 the TP floor's 19 % shoulder raised the competitive layouts near it (3.57B TP2
-#: at micro-batch 1) and the fits lowered α_tp to 0 to pay for it (bench/RESULTS.md, "Issue 25, fifth pass")
+#: whose GPU work, its TP collectives with it, is 1.7 times as long (predicted 3.5 against 2.1 ms; a smooth
+#: maximum of exponent 4, 19 % above the maximum at equality, puts the larger one 7 % above the floor, of
+#: exponent 16 0.1 %). Was 4 while only κ (0.6 ms, binding nowhere in the fitted data) used it; at 4 the TP
+#: floor's shoulder raised the competitive layouts near it (3.57B TP2 at micro-batch 1) and the fits lowered
+#: α_tp to 0 to pay for it (bench/RESULTS.md, "Issue 25, fifth pass")
 LAUNCH_SMOOTHING = 16.0
 #: exponent of the smooth maximum of the gradient reduction's time and the backward window it hides behind
 #: (throughput_terms.grad_reduce_overlap): exposed = max(reduce, window) − window, smoothed as LAUNCH_SMOOTHING
@@ -178,7 +179,7 @@ LAUNCH_S_PER_LAYER = KERNELS_PER_LAYER_PASS * KERNEL_DISPATCH_S
 #: training CPU-bound at small batches). Measured, not counted: on the Ultra-Scale sweep (H100, nanotron) every
 #: TP2–TP8 layout at micro-batch 1 that is not GPU-bound takes 4.3–4.6 ms per layer pass (step time over layer
 #: passes: 1.34B TP2 / TP4 / TP8 4.37 / 4.45 / 4.63 ms, 3.57B TP4 / TP8 4.31 / 4.41, 8.86B TP8 4.42) whatever
-#: the model and the TP degree, where their GPU work differs 2.5× and the ring's 2(t−1) steps 7×: a floor of
+#: the model and the TP degree, where their GPU work differs 2.3× and the ring's 2(t−1) steps 7×: a floor of
 #: ~4.4 ms, κ + 3.8 ms. Fitted as a parameter on all 12 cells it takes the same 3.8 ms (3.8–3.9 on the 1-node
 #: and ≤ 2-node cells). Set, not fitted, as κ is: fitted, each held-in fit moved its other parameters with it
 #: and the ≤ 2-node fit lost a cell of the > 2-node holdout (bench/RESULTS.md, "Issue 25, fifth pass"). The same
