@@ -5,6 +5,7 @@ an exception in a step, SIGTERM mid-step -- leave a failed run with its failure 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -15,13 +16,15 @@ import uuid
 import httpx
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("lightning")
-pytest.importorskip("accelerate")
+#: the frameworks the jobs run under (CI installs them, CPU builds). Looked up, not imported: importing
+#: Lightning, Transformers and Accelerate costs ~12 s of CPU, which every xdist worker would pay at
+#: collection; the jobs import them in their own processes.
+_MISSING = [m for m in ("torch", "transformers", "lightning", "accelerate") if importlib.util.find_spec(m) is None]
+if _MISSING:
+    pytest.skip(f"not installed: {', '.join(_MISSING)}", allow_module_level=True)
 
-import integration_jobs as jobs
-from conftest import REPO
+import integration_jobs as jobs  # noqa: E402
+from conftest import REPO  # noqa: E402
 
 JOB_SCRIPT = REPO / "tests" / "integration_jobs.py"
 

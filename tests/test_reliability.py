@@ -1,7 +1,6 @@
 """Reliability under bad input, concurrency and crashes (DESIGN §7). Bounded: ~2–3 minutes in all.
 
-- Schemathesis fuzzes every operation of the OpenAPI spec (DuckDB and PostgreSQL): no 5xx, and
-  every answer matches the documented schema.
+- (Schemathesis' fuzz of every operation of the OpenAPI spec: tests/test_api_fuzz.py.)
 - Hypothesis feeds the nanotron and published-table importers CSVs with hostile cells: they never
   raise, every data row becomes a record or a reject, and the server's validation never crashes
   on what they produce.
@@ -20,64 +19,22 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-import schemathesis
 import sqlalchemy as sa
 from conftest import REPO, free_port, shared_data_dir
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from service import store
 from service.api import create_app
 from service.cli import benchmark as benchtool
 from service.db import Database
 from service.settings import Settings
-
-# -- schemathesis ------------------------------------------------------------------------------
-
-
-#: One app for the fuzzer, loaded eagerly (schemathesis' lazy `from_fixture` loader reads
-#: `request.node._nodeid`, which pytest 9 no longer has); `fuzz_db` points it at each test's database.
-#: Its placeholder database is a per-process temporary DuckDB file, never the user's default one
-#: (two xdist workers would fight over its lock at collection time).
-_FUZZ_PLACEHOLDER = Database(f"duckdb:///{tempfile.mkdtemp(prefix='sbfuzz')}/placeholder.duckdb")
-_FUZZ_PLACEHOLDER.upgrade()
-FUZZ_APP = create_app(_FUZZ_PLACEHOLDER, Settings(database_url=None))
-# Revoking tokens by random id would lock the rest of the run out (or revoke nothing): DELETE
-# /tokens is covered by tests/test_tokens.py instead.
-schema = schemathesis.openapi.from_asgi("/openapi.json", FUZZ_APP).exclude(method="DELETE", path_regex="/tokens")
-
-
-@pytest.fixture
-def fuzz_db(database):
-    """Serve `database` (with 300 realistic runs) from FUZZ_APP for one test."""
-    from service import store
-    from service.api.security import TokenState
-
-    with database.session(write=True) as session:
-        store.store_runs(session, list(benchtool.generate_runs(300, 42, prefix="fuzz")))
-    FUZZ_APP.state.db = database
-    FUZZ_APP.state.tokens = TokenState()
-    yield database
-    FUZZ_APP.state.db = _FUZZ_PLACEHOLDER
-
-
-@schema.parametrize()
-@settings(max_examples=25, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                 HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
-def test_api_fuzz(case, fuzz_db):
-    """No 5xx, and every answer conforms to the OpenAPI schema, for generated valid and invalid input."""
-    case.call_and_validate(checks=[not_a_server_error, response_schema_conformance])
-
 
 # -- importers -------------------------------------------------------------------------------------
 

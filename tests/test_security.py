@@ -309,6 +309,10 @@ _NEG_PLACEHOLDER.upgrade()
 NEG_APP = create_app(_NEG_PLACEHOLDER, Settings(database_url=None, host="0.0.0.0"))
 negative = schemathesis.openapi.from_asgi("/openapi.json", NEG_APP)
 negative.config.generation.update(modes=[GenerationMode.NEGATIVE, GenerationMode.POSITIVE])
+#: the coverage phase's deterministic boundary cases (~80 per operation, built at collection by every xdist
+#: worker) run once, in tests/test_api_fuzz.py's fuzz of the same API; here the generated negative and
+#: positive cases, with the public server's auth edges live
+negative.config.phases.update(phases=["examples", "fuzzing"])
 
 
 @pytest.fixture

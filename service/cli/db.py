@@ -1,11 +1,14 @@
-"""`scalebook db …`: schema management."""
+"""`scalebook db …`: schema management.
+
+service.db (SQLAlchemy, duckdb_engine, Alembic: ~1 s of imports) is imported by each command, not by
+this module: every `scalebook` command loads this module, and the client commands never touch the
+database."""
 
 from __future__ import annotations
 
 import typer
 
 from service.cli.base import app, console, fail
-from service.db import Database
 from service.errors import ScalebookError
 from service.settings import get_settings
 
@@ -16,6 +19,8 @@ app.add_typer(db_app, name="db")
 @db_app.command("upgrade")
 def upgrade(revision: str = typer.Argument("head", help="target Alembic revision")) -> None:
     """Run the Alembic migrations on SCALEBOOK_DATABASE_URL (default: the embedded DuckDB file)."""
+    from service.db import Database
+
     url = get_settings().url
     db = Database(url)
     try:
@@ -32,6 +37,8 @@ def upgrade(revision: str = typer.Argument("head", help="target Alembic revision
 @db_app.command("current")
 def current() -> None:
     """Print the database's revision and the code's head revision."""
+    from service.db import Database
+
     db = Database(get_settings().url)
     try:
         console.print(f"current: {db.current_revision()}  head: {db.head_revision()}")
@@ -42,6 +49,8 @@ def current() -> None:
 @db_app.command("check")
 def check() -> None:
     """Exit 1 with the fixing command when the schema is not at head."""
+    from service.db import Database
+
     db = Database(get_settings().url)
     try:
         db.check_schema()
@@ -61,6 +70,7 @@ def rebuild_configs() -> None:
     SQL (DELETE/UPDATE on `runs` behind scalebook's back), after which /recommend and /suggest would
     read a summary that no longer matches the runs."""
     from service import run_cells, run_configs
+    from service.db import Database
 
     db = Database(get_settings().url)
     try:
