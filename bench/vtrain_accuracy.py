@@ -20,7 +20,10 @@ load_configs aggregates stored runs (one row per configuration, its best tokens/
    the recommender's ranking (service.analytics.recommend: the anchored prediction's pessimistic
    end times the probability that it fits) among the group's measured configurations — is its
    measured tokens/s/GPU within 5 % of the group's best? And how many measured configurations
-   (all of which ran) the memory model calls "does not fit";
+   (all of which ran) the memory model calls "does not fit"; and the size-left-out errors by band of the
+   configuration's share of its group's best (BANDS): the smallest model (3.6B) fitted on the larger ones is the
+   nearest these runs come to single-node runs of small GPT models, and its slow configurations (TP8–TP16 at
+   micro-batch 2) the nearest to the slow configurations judged there;
 4. the same ranking with the group's other configurations recorded: each configuration scored by the
    recommender fitted and anchored on every other row, its own left out (groups_with_evidence).
 
@@ -121,6 +124,11 @@ def loo_config(rows: list[dict[str, Any]]) -> list[float]:
     return out
 
 
+#: bands of a configuration's tokens/s/GPU over its group's best, as bench/slow_configs.py bands the sweep's: the
+#: competitive ones (≥ throughput.COMPETITIVE_FRACTION, those the fit uses) and the slower ones
+BANDS = ((0.7, 1.01), (0.5, 0.7), (0.0, 0.5))
+
+
 def leave_size_out(rows: list[dict[str, Any]]) -> dict[float, dict[str, Any]]:
     """Per model size left out: errors of its configurations, signed mean, and per group the
     recommender-ranked top-1 among the measured configurations."""
@@ -135,8 +143,11 @@ def leave_size_out(rows: list[dict[str, Any]]) -> dict[float, dict[str, Any]]:
         ranked = rank_measured(train, test)
         best = max(r["tokens_per_sec_per_gpu"] for r in test)
         top = ranked[0]
+        share = [r["tokens_per_sec_per_gpu"] / best for r in test]
         out[size] = {"n": len(test), "mean_err": statistics.mean(errs), "median_err": statistics.median(errs),
                      "mean_signed": statistics.mean(signed), "best_tps": best,
+                     "bands": {f"{lo:g}-{hi:g}": [e for e, f in zip(signed, share) if lo <= f < hi]
+                               for lo, hi in BANDS},
                      "top1": {k: top["row"][k] for k in ("dp", "tp", "pp", "micro_batch_size")},
                      "top1_tps": top["row"]["tokens_per_sec_per_gpu"],
                      "top1_regret": 1 - top["row"]["tokens_per_sec_per_gpu"] / best,
@@ -192,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {size:g}B | {s['gpus']} | {s['n']} | {100 * s['mean_err']:.1f}% | {100 * s['median_err']:.1f}% "
               f"| {100 * s['mean_signed']:+.1f}% | {s['best_tps']:,.1f} | dp{t['dp']} tp{t['tp']} pp{t['pp']} "
               f"mbs{t['micro_batch_size']} | {s['top1_tps']:,.1f} | {100 * s['top1_regret']:.1f}% | {s['not_fit']} |")
+    print("\nleave-one-model-size-out by band of the group's best (n, mean |error|, mean signed; + = predicted too "
+          "fast): " + "; ".join(f"{size:g}B " + ", ".join(
+              f"{band}: {len(es)}, {100 * statistics.mean(map(abs, es)):.1f} %, {100 * statistics.mean(es):+.1f} %"
+              for band, es in s["bands"].items() if es) for size, s in lso.items()))
     print(f"\nleave-one-configuration-out: mean {100 * summary['loo_config_mean']:.1f}%, "
           f"median {100 * summary['loo_config_median']:.1f}% (vTrain's simulator: 14.73 % mean)")
     print(f"leave-one-model-size-out: mean {100 * summary['leave_size_out_mean']:.1f}% (target <= 10 %)")

@@ -158,11 +158,12 @@ def test_two_serve_processes_on_one_postgresql_see_each_others_writes(pg_session
 
 
 def test_outside_sql_edits_and_deletes_show_in_the_next_answer(client, database):
-    """Nothing is kept between requests: rows changed with SQL behind the service's back are in the very
-    next heatmap answer (no restart); /recommend reads the summaries the write paths keep in the database
-    (run_configs, run_cells: DESIGN §5), which `scalebook db rebuild-configs` brings up to date after
-    outside SQL — then its answer agrees, with no restart either."""
-    ids = {k: client.post("/api/v1/runs", json=run(run_key=k, tokens_per_sec_per_gpu=tps)).json()["id"]
+    """Nothing is kept between requests: /recommend and the heatmap read the summaries the write paths keep
+    in the database (run_configs, run_cells: DESIGN §5), which `scalebook db rebuild-configs` brings up to
+    date after outside SQL — then their answers agree, with no restart; a heatmap read over `runs` (a filter
+    the summary does not keep) shows the change at once."""
+    ids = {k: client.post("/api/v1/runs", json=run(run_key=k, tokens_per_sec_per_gpu=tps,
+                                                    started_at="2026-01-02T03:04:05")).json()["id"]
            for k, tps in (("slow", 3000.0), ("fast", 4000.0))}
 
     def best() -> tuple[int | None, float, int]:
@@ -182,7 +183,9 @@ def test_outside_sql_edits_and_deletes_show_in_the_next_answer(client, database)
     with database.engine.begin() as conn:
         conn.execute(sa.text("UPDATE runs SET tokens_per_sec_per_gpu = 9000 WHERE id = :id"), {"id": ids["slow"]})
     [cell] = client.get("/api/v1/heatmap").json()["cells"]
-    assert cell["best"]["id"] == ids["slow"]  # the heatmap reads `runs`: at once
+    assert cell["best"]["id"] == ids["fast"]  # run_cells as the write paths left it, until the rebuild
+    [cell] = client.get("/api/v1/heatmap", params={"started_after": "2026-01-01T00:00:00"}).json()["cells"]
+    assert cell["best"]["id"] == ids["slow"]  # over `runs` (a date filter): at once
     rebuild_configs()
     cell_best, edited, n = best()
     assert cell_best == ids["slow"] and n == 2 and edited > before

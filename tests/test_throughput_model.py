@@ -256,19 +256,48 @@ def test_a_pathologically_slow_run_anchors_nothing():
 
 def test_a_small_models_narrow_matmuls_wait_for_the_cpus_kernel_launches():
     """A 350M GPT-like model on 8 A100s at TP8 and one 1,024-token sequence per micro-batch: a layer pass is
-    shorter on the GPU than the CPU's 60 kernel launches (κ = 0.6 ms), so the step is at least the CPU's
-    time; the 1.34B model at TP1 and 4,096 tokens is GPU-bound and its step barely notices the CPU."""
+    shorter on the GPU (its TP collectives included) than the CPU's launches (κ = 0.6 ms for 60 kernels, and
+    κ_tp for the TP region), so the step is at least the CPU's time; the 1.34B model at TP1 and 4,096 tokens
+    is GPU-bound and its step barely notices the CPU."""
     assert th.LAUNCH_S_PER_LAYER == pytest.approx(th.KERNELS_PER_LAYER_PASS * th.KERNEL_DISPATCH_S)
+    k = th.LAUNCH_SMOOTHING
     small = tt.terms(_cfg(hidden_size=1024, num_layers=24, num_heads=16, num_kv_heads=16, ffn_hidden_size=4096,
                           vocab_size=50257, model_params=355_000_000, gated_linear_unit=False, seq_len=1024,
                           gpu_type="A100-SXM-80GB", framework="megatron-lm", dp=1, tp=8, grad_accum_steps=64))
     p = dict(th.PRIOR)
-    cpu = th.LAUNCH_S_PER_LAYER * small.layer_passes
-    compute = th.step_time(small, p)[1]  # the smooth maximum of the GPU's and the CPU's time
-    assert cpu > (compute ** 4 - cpu ** 4) ** 0.25  # the CPU's launches take longer than the GPU's work
+    cpu = th.LAUNCH_S_PER_LAYER * small.layer_passes + th.TP_LAUNCH_S_PER_LAYER * small.tp_layer_passes
+    _, compute, tp, _, _, _ = th.step_time(small, p)
+    busy = compute + tp  # the smooth maximum of the GPU's time (its TP collectives with it) and the CPU's
+    assert cpu > (busy ** k - cpu ** k) ** (1 / k)  # the CPU's launches take longer than the GPU's work
     big = tt.terms(_cfg())
     compute = th.step_time(big, p)[1]
-    assert compute < 1.01 * (compute ** 4 - (th.LAUNCH_S_PER_LAYER * big.layer_passes) ** 4) ** 0.25
+    assert compute < 1.01 * (compute ** k - (th.LAUNCH_S_PER_LAYER * big.layer_passes) ** k) ** (1 / k)
+
+
+def test_a_tensor_parallel_layer_at_micro_batch_1_waits_for_the_cpu_whatever_the_tp_degree(monkeypatch):
+    """κ_tp (throughput.TP_LAUNCH_S_PER_LAYER), the CPU time of a TP layer's autograd functions and collective
+    calls, is a floor under the GPU's work and its TP collectives: the 1.34B model at micro-batch 1 on 8 H100s
+    takes the floor's time per layer pass at TP4 and TP8 alike — the sweep's TP2–TP8 layouts at micro-batch 1
+    run at one pace whatever the TP degree, where the GPU's share of the work halves and the ring's 2(t−1)
+    steps grow. Without the floor both would be predicted faster than it; TP1 has no TP region to pay for, and
+    micro-batch 16 gives the GPU enough work to hide it."""
+    p = dict(th.PRIOR)
+    floor = th.LAUNCH_S_PER_LAYER + th.TP_LAUNCH_S_PER_LAYER
+
+    def per_pass(t: tt.Terms) -> float:
+        _, compute, tp, _, _, _ = th.step_time(t, p)
+        return (compute + tp) / t.layer_passes
+
+    tp4, tp8 = tt.terms(_cfg(dp=2, tp=4, grad_accum_steps=128)), tt.terms(_cfg(dp=1, tp=8, grad_accum_steps=256))
+    wide = tt.terms(_cfg(dp=1, tp=8, micro_batch_size=16, grad_accum_steps=16))
+    assert tp8.tp_layer_passes == tp8.layer_passes and tt.terms(_cfg()).tp_layer_passes == 0
+    assert tt.terms(_cfg(recompute="full", dp=1, tp=8)).tp_layer_passes == pytest.approx(4 / 3 * 16 * 32)
+    with_floor = per_pass(tp4), per_pass(tp8), per_pass(wide)
+    assert min(with_floor[:2]) >= floor and with_floor[1] == pytest.approx(with_floor[0], rel=0.02)
+    monkeypatch.setattr(th, "TP_LAUNCH_S_PER_LAYER", 0.0)
+    assert per_pass(tp4) < floor and per_pass(tp8) < floor
+    assert per_pass(wide) == pytest.approx(with_floor[2], rel=1e-3)
+    assert th.step_time(tt.terms(_cfg()), p)[0] == th.step_time(tt.terms(_cfg()), th.PRIOR)[0]
 
 
 def test_the_gradient_reduction_hides_behind_the_last_backward_where_the_framework_overlaps_it():

@@ -113,7 +113,8 @@ def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per
     (the BEST_COLUMNS of the cell's best run, plain Python values; started_at a naive UTC datetime),
     "n_success": int, "n_oom": int, "n_failed": int}]. The best run of a cell is the successful run
     first in service/ranking.py's order (metric, then MFU, then the lower id). Nothing is kept
-    between requests: a run changed or deleted with outside SQL shows in the next answer.
+    in the process between requests; `run_cells` is kept by the database in every write's transaction (a
+    run changed with outside SQL: `scalebook db rebuild-configs`).
     - by tokens/s/GPU with filters on what `run_cells` groups by (GPU type, seq_len, framework,
       precision; the dashboard's slices), on either backend: from that summary, which the database keeps
       in the transaction of every write (service/run_cells.py) — the counts are the sums of its groups'

@@ -104,6 +104,8 @@ class Terms:
         (ZeRO §5: each rank steps its own shard) — a memory-bound pass of OPTIMIZER_BYTES each;
     layer_passes: layer forward+backward passes per GPU per step, L/pp × m (× 4/3 with full
         recompute): the unit of the per-layer CPU launch time (throughput.py: LAUNCH_S_PER_LAYER);
+    tp_layer_passes: those of the layer passes that run tensor-parallel (layer_passes with tp > 1, else 0):
+        the unit of the TP region's own CPU time (throughput.py: TP_LAUNCH_S_PER_LAYER);
     dp_overlap: the share of the last micro-batch's stage time the gradient reduction hides behind: its
         backward, 2/3 of a layer pass (twice the forward's FLOPs [NA21 §3.3]), 3/4 with full recompute (the
         recomputed forward runs inside it); 0 without DP or where the framework reduces after the backward
@@ -141,6 +143,7 @@ class Terms:
     hbm_bw: float
     opt_params: float
     layer_passes: float
+    tp_layer_passes: float
     dp_nodes_log2: float
     dp_overlap: float
     tokens_per_gpu: float
@@ -438,6 +441,7 @@ def _tp_terms(st: _Step, intra: Any, full_node_inter: Any) -> dict[str, Any]:
             # IJHPCA 19(1), §4: T = 2(p−1)α + 2(p−1)/p·nβ)
             "tp_ring_steps": tp_collectives * 2 * (tp - 1),
             "tp_in_pipeline": np.where((st.pp > 1) & (tp > 1), 1.0, 0.0),
+            "tp_layer_passes": np.where(tp > 1, layers_local * gas * np.where(st.full_recompute, 4.0 / 3.0, 1.0), 0.0),
             # NCCL: 2·n_nodes of the ring's 2(t−1) steps cross the network (tuning.cc, nInterSteps)
             "tp_inter": np.where(tp > st.gpn, (tp // st.gpn) / (tp - 1), 0.0)}
 
