@@ -39,6 +39,20 @@ def shared_data_dir() -> Path:
     return shared if shared.is_dir() else REPO / "examples" / "data"
 
 
+#: the suite's longest files, longest first (their tests' seconds, summed, on the 2-core CI machine:
+#: 2026-11-27, `--junitxml`): run before the rest, so that `-n 2 --dist loadfile` does not leave one worker
+#: alone on a long file at the end (longest first is the classic greedy schedule, Graham 1969)
+LONGEST_FILES = ("test_api_fuzz.py", "test_reliability.py", "test_pages_e2e.py", "test_integrations.py",
+                 "test_agent.py", "test_security.py", "test_tokens.py", "test_lifecycle.py", "test_dashboard_pages.py",
+                 "test_migrations.py", "test_client.py", "test_live_agents.py", "test_heatmap_e2e.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The LONGEST_FILES' tests first, in that order; every file's own tests keep their order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     return shared_data_dir()
