@@ -90,7 +90,7 @@ class HeatmapFilters:
         return conds
 
     def _grouped(self) -> dict[str, Any]:
-        """The filters on columns `run_cells` groups by (SUMMARY_FILTERS), as their stored values."""
+        """The filters on columns `run_cells` groups by (GPU type, seq_len, framework, precision), as stored."""
         values = {"gpu_type": self.gpu_type and (hardware.canonical_gpu_type(self.gpu_type) or self.gpu_type),
                   "seq_len": self.seq_len, "framework": self.framework,
                   "precision": self.precision and (hardware.canonical_precision(self.precision) or self.precision)}
@@ -120,7 +120,8 @@ def heatmap(session: Session, filters: HeatmapFilters, metric: str = "tokens_per
       in the transaction of every write (service/run_cells.py) — the counts are the sums of its groups'
       n_runs, the best run the first of the groups' best runs in the same ranking (each group's best is
       its first, so the first of those is the cell's), its BEST_COLUMNS read by id: a few thousand rows
-      instead of 10^6 (PostgreSQL at 10^6: ~600 → ~20 ms);
+      instead of 10^6 (at 10^6 over HTTP: PostgreSQL ~520 → ~50 ms, DuckDB ~170 → ~50;
+      bench/RESULTS.md, "Session 5, lead");
     - otherwise (the MFU metric; a global batch, date or sweep filter), over `runs`:
     - DuckDB: counts and the top metric per cell, the best run among those at the top by
       arg_min (MFU, id), and its BEST_COLUMNS joined by id;
