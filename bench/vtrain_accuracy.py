@@ -7,7 +7,10 @@ else <repo>/../shared/data): 109 measured iterations of GPT models (3.6B on 64 A
 source states (its README): full activation recomputation, 1F1B, fp16, GPT-2 vocabulary (50,257),
 GPT's two-matrix GELU MLP with ffn = 4·hidden, no ZeRO, 8 GPUs per node. It says "A100" without
 the memory size: the catalog's generic A100 entry is taken (A100-SXM-80GB) — an assumption of this
-bench, said in its output. tokens/s/GPU = global batch · seq_len / (iteration time · GPUs).
+bench, said in its output. tokens/s/GPU = global batch · seq_len / (iteration time · GPUs). The source
+also states the cluster's network, 800 Gb/s per node between nodes — half the catalog's DGX A100 (8 ×
+200 Gb/s): the multi-node rows carry it as the cluster's all-reduce bus bandwidth (NETWORK_GB_S), as a
+nanotron bench run records its own, so the model costs the network these runs crossed.
 
 Each row becomes a run record and the rows are aggregated exactly as service.analytics.throughput's
 load_configs aggregates stored runs (one row per configuration, its best tokens/s/GPU). Three checks:
@@ -54,16 +57,26 @@ from service.analytics import recommend as rec  # noqa: E402
 from service.analytics import throughput as th  # noqa: E402
 from service.analytics.memory import estimate_memory  # noqa: E402
 from service.analytics.target import CompletedTarget  # noqa: E402
+from service.analytics.throughput_terms import CATALOG_NETWORK_EFFICIENCY  # noqa: E402
 from service.cli import benchmark as benchtool  # noqa: E402
 
 GPU = "A100-SXM-80GB"
 FRAMEWORK = "megatron-deepspeed"
 VOCAB = 50257
+#: the cluster's full-node all-reduce bus bandwidth across nodes, GB/s: the source's 800 Gb/s per node (its README and
+#: config files: "cluster links of 800 Gb/s per node between nodes") at the catalog's achieved fraction of the line
+#: rate (throughput_terms.CATALOG_NETWORK_EFFICIENCY, read off the Ultra-Scale sweep's recorded all-reduce), carried
+#: on the multi-node rows as a run's recorded all-reduce bandwidth (allreduce_gb_s), which
+#: throughput.network_reference reads. Without it the model takes the catalog's A100 network, DGX A100's 8 × 200 Gb/s,
+#: twice what these runs had: TP16 across two nodes predicted 21–43 % too fast, the fit's a_dp at 4.4 instead of 1.9
+#: (bench/RESULTS.md, "Issue 25, sixth pass")
+NETWORK_GB_S = 800 / 8 * CATALOG_NETWORK_EFFICIENCY
 
 
 def load() -> list[dict[str, Any]]:
     """vTrain's rows as configuration rows (load_configs' shape: CONFIG_COLS, tokens_per_sec_per_gpu,
-    n_runs, first_id, no recorded bandwidths); repeats of one configuration keep the best."""
+    n_runs, first_id; the multi-node rows' network as the source states it, NETWORK_GB_S, no intra-node
+    bandwidth recorded); repeats of one configuration keep the best."""
     path = data_dir() / "vtrain" / "ground_truth_multi.csv"
     with path.open(encoding="utf-8-sig", newline="") as f:
         lines = list(csv.reader(f))[1:]
@@ -80,7 +93,7 @@ def load() -> list[dict[str, Any]]:
                "grad_accum_steps": gbs_i // (dp_i * mbs_i), "recompute": "full",
                "model_size_class": model_size_class(params), "n_runs": 1, "first_id": i,
                "tokens_per_sec_per_gpu": gbs_i * seq_i / (float(ms) / 1000 * gpus_i), "peak_memory_gib": None,
-               "allreduce_gb_s": None, "ar_intra_gb_s": None}
+               "allreduce_gb_s": NETWORK_GB_S if gpus_i > 8 else None, "ar_intra_gb_s": None}
         key = tuple(row[c] for c in th.CONFIG_COLS)
         old = by_cfg.get(key)
         if old is None or old["tokens_per_sec_per_gpu"] < row["tokens_per_sec_per_gpu"]:
