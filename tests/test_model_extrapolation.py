@@ -92,6 +92,21 @@ def test_vtrain_tensor_parallelism_across_two_nodes_is_costed_on_the_network_the
             pytest.approx(0.0, abs=0.10)
 
 
+def test_vtrain_bench_can_feed_no_network():
+    """bench/vtrain_accuracy.py --network catalog: the same configurations with no recorded network (a user's runs
+    that do not record it), so the model takes the catalog's line rate — and its answer says that is the best case;
+    the default feeds the stated one."""
+    stated, catalog = vtrain_accuracy.load(), vtrain_accuracy.load("catalog")
+    assert [{k: v for k, v in r.items() if k != "allreduce_gb_s"} for r in stated] == \
+        [{k: v for k, v in r.items() if k != "allreduce_gb_s"} for r in catalog]
+    assert all(r["allreduce_gb_s"] is None for r in catalog)
+    assert th.network_reference(catalog, vtrain_accuracy.GPU) == (None, th.network_reference([], None)[1])
+    model = th.Model(catalog)
+    tp16 = next(r for r in catalog if r["tp"] == 16)
+    assert "the best case" in model.predict(tp16, tp16["framework"])["bandwidth_source"]  # not vTrain's own network
+    assert th.network_reference(stated, vtrain_accuracy.GPU)[0] == pytest.approx(vtrain_accuracy.NETWORK_GB_S)
+
+
 def test_gated_linear_unit_is_stored_as_reported(client):
     """A run says whether its MLP is gated; the API stores it as said, refuses a value that is not a
     boolean naming the field, and a CSV cell's words (yes/no, true/false, 1/0) are read as such."""

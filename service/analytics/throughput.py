@@ -94,7 +94,7 @@ from sqlalchemy.orm import Session
 from core import hardware
 from service import run_configs
 from service.analytics.numdiff import finite_difference_jacobian
-from service.analytics.throughput_terms import OPTIMIZER_BYTES, Terms, terms, terms_table
+from service.analytics.throughput_terms import CATALOG_NETWORK_EFFICIENCY, OPTIMIZER_BYTES, Terms, terms, terms_table
 from service.db import fetch_ordered
 from service.tables import Run
 
@@ -313,13 +313,19 @@ def network_reference(rows: list[dict[str, Any]], gpu_type: str | None) -> tuple
     recorded it: the median of their recorded all-reduce bandwidth (allreduce_gb_s) at the smallest
     node count above 1 that recorded one — the least latency-bound reading (the sweep's halves with
     every doubling of nodes, while the gradient reduction's own time grows far less: throughput_terms,
-    dp_nodes_log2). (None, why) when none recorded it: the catalog's line rate is used."""
+    dp_nodes_log2). (None, why) when none recorded it: the catalog's line rate is used, at
+    CATALOG_NETWORK_EFFICIENCY, and the reason says it is the best case — NCCL's achieved bus bandwidth stays below
+    the line rate (nvidia/nccl-tests doc/PERFORMANCE.md) and a cluster may have less than the catalog's reference
+    system (vTrain's: 800 Gb/s per node, its README, against DGX A100's 8 × 200 Gb/s). Fitting it from the runs
+    instead was tried and not kept: without a recorded bandwidth a slow network and a framework's slow TP across nodes
+    look the same (bench/RESULTS.md, "Issue 25, sixth pass", the network where no run records it)."""
     by_nodes: dict[int, list[float]] = {}
     for r in rows:
         if r["gpu_type"] == gpu_type and (r.get("nodes") or 0) > 1 and r.get("allreduce_gb_s"):
             by_nodes.setdefault(int(r["nodes"]), []).append(float(r["allreduce_gb_s"]))
     if not by_nodes:
-        return None, "catalog network line rate (no run recorded its all-reduce bandwidth across nodes)"
+        return None, (f"catalog network line rate at {CATALOG_NETWORK_EFFICIENCY:.0%}, the best case: a cluster's "
+                      "network may be slower (no run recorded its all-reduce bandwidth across nodes)")
     n = min(by_nodes)
     return statistics.median(by_nodes[n]), f"the all-reduce bandwidth recorded at {n} nodes (median)"
 
