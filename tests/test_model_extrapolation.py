@@ -107,6 +107,36 @@ def test_vtrain_bench_can_feed_no_network():
     assert th.network_reference(stated, vtrain_accuracy.GPU)[0] == pytest.approx(vtrain_accuracy.NETWORK_GB_S)
 
 
+def test_a_framework_without_runs_is_costed_with_its_engine_familys_fit():
+    """Asked about Megatron-LM with only Megatron-DeepSpeed runs recorded (vTrain's, A100), the model carries the
+    Megatron-DeepSpeed fit (the same tensor- and pipeline-parallel layers: core.frameworks.engine_family), says so,
+    and widens the interval ×1.5 — on another GPU type ×1.5 once more; a framework of no known family, and one of
+    another family, get the documented prior. On vTrain's own 3.6B configurations, the Megatron-LM answer from the
+    18–175B runs is the Megatron-DeepSpeed one, not the prior's (nanotron, H100), which is slower by more than 10 %."""
+    rows = vtrain_accuracy.load()
+    model = th.Model([r for r in rows if r["model_size_class"] != 3.6])
+    own = model.fit_for(vtrain_accuracy.GPU, vtrain_accuracy.FRAMEWORK)
+    carried = model.fit_for(vtrain_accuracy.GPU, "megatron-lm")
+    assert own.status == carried.status == "fitted"
+    assert carried.group == {"gpu_type": vtrain_accuracy.GPU, "framework": vtrain_accuracy.FRAMEWORK}
+    assert carried.params == own.params
+    assert carried.loo_log_q80 == pytest.approx(1.5 * own.loo_log_q80)
+    assert "megatron-deepspeed runs" in (carried.reason or "") and "engine family" in (carried.reason or "")
+    elsewhere = model.fit_for("H100-SXM-80GB", "NeMo 24.07 (Megatron-Core)")
+    assert elsewhere.group["gpu_type"] == vtrain_accuracy.GPU
+    assert elsewhere.loo_log_q80 == pytest.approx(1.5 ** 2 * own.loo_log_q80)
+    assert model.fit_for(vtrain_accuracy.GPU, "torchtitan").status == "prior"
+    assert model.fit_for(vtrain_accuracy.GPU, "nanotron").status == "prior"
+    prior = th.Model([])
+    for r in (r for r in rows if r["model_size_class"] == 3.6):
+        as_lm = model.predict({**r, "framework": "megatron-lm"}, "megatron-lm")["tokens_per_sec_per_gpu"]
+        as_ds = model.predict(r, vtrain_accuracy.FRAMEWORK)["tokens_per_sec_per_gpu"]
+        assert as_lm == pytest.approx(as_ds, rel=0.02)  # the terms differ only by the framework's name
+    slower = [prior.predict(r, "megatron-lm")["tokens_per_sec_per_gpu"] / model.predict(r, "megatron-lm")[
+        "tokens_per_sec_per_gpu"] for r in rows if r["model_size_class"] == 3.6]
+    assert statistics.median(slower) < 0.9
+
+
 def test_gated_linear_unit_is_stored_as_reported(client):
     """A run says whether its MLP is gated; the API stores it as said, refuses a value that is not a
     boolean naming the field, and a CSV cell's words (yes/no, true/false, 1/0) are read as such."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.frameworks import is_nanotron
 from core.hardware import canonical_precision, lookup
 from core.model import ModelShape, resolve_shape, stage_split
 from core.model import assume as _default
@@ -190,7 +191,7 @@ def _read_step(run: dict, notes: list[str]) -> _Step:
         raise ValueError(f"recompute: must be none/selective/full, got {recompute!r}")
     precision = canonical_precision(_default(_get(run, "precision"), "bf16", notes, "precision=bf16 (mixed)"))
     framework = str(_get(run, "framework") or "").lower()
-    nanotron = framework in ("", "nanotron") or "nanotron" in framework
+    nanotron = is_nanotron(framework)
     if not framework:
         notes.append("framework=nanotron (its ZeRO all-gather staging and DDP buckets counted)")
     # fp32 gradient accumulation unless reported: nanotron's default (accumulate_grad_in_fp32), and

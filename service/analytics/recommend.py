@@ -487,16 +487,19 @@ def recorded_on_target(session: Session, ctx: CompletedTarget) -> set[tuple]:
 
 def extrapolation(prep: Prepared, item: Scored) -> list[str]:
     """Why the prediction for `item` extrapolates, one reason per string (empty: it interpolates): a prior
-    or a fit carried from another GPU type, a node count / model size / seq_len outside the fitted
-    group's runs, no recorded run of the exact layout within SUPPORT_DISTANCE (anchor.py), a layout
-    family never recorded (the model alone). The one copy of that rule: /recommend's candidates,
-    /suggest's suggestions and /predict say it with these words."""
+    or a fit carried from another GPU type or framework (of the same engine family), a node count / model
+    size / seq_len outside the fitted group's runs, no recorded run of the exact layout within
+    SUPPORT_DISTANCE (anchor.py), a layout family never recorded (the model alone). The one copy of that
+    rule: /recommend's candidates, /suggest's suggestions and /predict say it with these words."""
     ctx, fit = prep.ctx, prep.fit
     why: list[str] = []
     if fit.status == "prior":
         why.append("no fit: the documented prior")
-    elif fit.group.get("gpu_type") != ctx.gpu_type:
-        why.append(f"fitted on {fit.group.get('gpu_type')}, carried to {ctx.gpu_type}")
+    else:
+        if fit.group.get("gpu_type") != ctx.gpu_type:
+            why.append(f"fitted on {fit.group.get('gpu_type')}, carried to {ctx.gpu_type}")
+        if fit.group.get("framework") != ctx.framework:
+            why.append(f"fitted on {fit.group.get('framework')} runs, carried to {ctx.framework}")
     group = [r for r in prep.rows if r["gpu_type"] == fit.group.get("gpu_type")
              and r["framework"] == fit.group.get("framework")]
     for key, value, text in (("nodes", ctx.nodes, "{:g} nodes"), ("model_size_class", ctx.size_class,

@@ -92,6 +92,7 @@ from scipy.optimize import least_squares
 from sqlalchemy.orm import Session
 
 from core import hardware
+from core.frameworks import engine_family
 from service import run_configs
 from service.analytics.numdiff import finite_difference_jacobian
 from service.analytics.throughput_terms import CATALOG_NETWORK_EFFICIENCY, OPTIMIZER_BYTES, Terms, terms, terms_table
@@ -570,7 +571,11 @@ class Model:
     def fit_for(self, gpu_type: str | None, framework: str | None) -> Fit:
         """The fit for a target GPU type and framework: the runs of that pair; else the same
         framework on the GPU type with the most configurations (transferred through the peak and
-        link-bandwidth ratios of the catalog, and said so); else every run; else the prior."""
+        link-bandwidth ratios of the catalog, and said so); else another framework of the same engine
+        family (core.frameworks.engine_family: Megatron-LM, Megatron-DeepSpeed, NeMo … share Megatron's
+        tensor- and pipeline-parallel layers), on the same GPU type first, the one with the most
+        configurations, and said so; else the prior. Each carry (GPU type, framework) widens the
+        interval ×1.5."""
         key = (gpu_type, framework)
         if key in self._fits:
             return self._fits[key]
@@ -585,18 +590,47 @@ class Model:
                     by_gpu.setdefault(r["gpu_type"], []).append(r)
             if by_gpu:
                 other = max(by_gpu, key=lambda g: (len(by_gpu[g]), g))
-                other_net = self.network(other)[0]
-                moved = fit(by_gpu[other], {"gpu_type": other, "framework": framework}, other_net,
-                            terms_of=lambda rs: self.terms_table(rs, other_net))
+                moved = self._carried(by_gpu[other], other, framework)
                 if moved.status == "fitted":
                     moved.reason = (f"{len(same)} configuration(s) of {framework} on {gpu_type}: fitted on "
                                     f"{other} runs and carried to {gpu_type} through the catalog's peak "
                                     "FLOP/s, HBM and link bandwidths")
-                    moved.loo_log_q80 *= 1.5
-                    moved.loo_log_sigma *= 1.5
                     result = moved
+        if result.status == "prior":
+            result = self._family_fit(gpu_type, framework, len(same)) or result
         self._fits[key] = result
         return result
+
+    def _carried(self, rows: list[dict[str, Any]], gpu_type: str, framework: str | None, carries: int = 1) -> Fit:
+        """fit() of `rows` (one GPU type and framework) with the interval widened ×1.5 per carry."""
+        net = self.network(gpu_type)[0]
+        out = fit(rows, {"gpu_type": gpu_type, "framework": framework}, net,
+                  terms_of=lambda rs: self.terms_table(rs, net))
+        if out.status == "fitted":
+            out.loo_log_q80 *= 1.5 ** carries
+            out.loo_log_sigma *= 1.5 ** carries
+        return out
+
+    def _family_fit(self, gpu_type: str | None, framework: str | None, n_same: int) -> Fit | None:
+        """fit_for's last carry: the fit of another framework of `framework`'s engine family, the same GPU
+        type first, then the most configurations; None when the family has no such framework that fits."""
+        family = engine_family(framework)
+        if family is None:
+            return None
+        pairs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for r in self.rows:
+            if r["framework"] and r["framework"] != framework and engine_family(r["framework"]) == family:
+                pairs.setdefault((r["gpu_type"], r["framework"]), []).append(r)
+        for gpu, fw in sorted(pairs, key=lambda p: (p[0] != gpu_type, -len(pairs[p]), p)):
+            moved = self._carried(pairs[(gpu, fw)], gpu, fw, carries=1 if gpu == gpu_type else 2)
+            if moved.status == "fitted":
+                moved.reason = (f"{n_same} configuration(s) of {framework} on {gpu_type}: fitted on {fw} runs on {gpu} "
+                                f"(the same engine family, {family}: its tensor- and pipeline-parallel layers) and "
+                                f"carried to {framework}" + ("" if gpu == gpu_type else
+                                                             f" on {gpu_type} through the catalog's peak FLOP/s, "
+                                                             "HBM and link bandwidths"))
+                return moved
+        return None
 
     def predict(self, cfg: dict[str, Any], framework: str | None) -> dict[str, Any]:
         """Prediction for configuration `cfg` (run-record fields, with the target's model, seq_len,

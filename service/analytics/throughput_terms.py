@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from core import hardware
+from core.frameworks import is_nanotron
 from core.model import ModelShape, flops_per_token, resolve_shape, stage_split
 from core.record import get_field
 
@@ -218,12 +219,6 @@ CATALOG_NETWORK_EFFICIENCY = 0.85
 #: and the gradient-norm clipping reads the gradient once more (4 B): 34 B, at HBM speed (memory-bound,
 #: about 1 FLOP per byte)
 OPTIMIZER_BYTES = 34.0
-
-
-def is_nanotron(framework: str | None) -> bool:
-    """Whether the terms take `framework` as nanotron: its name says so, or no framework is named (the
-    Ultra-Scale sweep's framework, the one the PRIOR was fitted on, is this module's default)."""
-    return not framework or "nanotron" in framework.lower()
 
 
 def grad_reduce_overlap(framework: str) -> float:
