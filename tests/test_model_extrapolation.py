@@ -118,10 +118,11 @@ def test_a_framework_without_runs_is_costed_with_its_engine_familys_fit():
     own = model.fit_for(vtrain_accuracy.GPU, vtrain_accuracy.FRAMEWORK)
     carried = model.fit_for(vtrain_accuracy.GPU, "megatron-lm")
     assert own.status == carried.status == "fitted"
-    assert carried.group == {"gpu_type": vtrain_accuracy.GPU, "framework": vtrain_accuracy.FRAMEWORK}
+    assert carried.group == {"gpu_type": vtrain_accuracy.GPU, "framework": vtrain_accuracy.FRAMEWORK,
+                             "frameworks": [vtrain_accuracy.FRAMEWORK]}
     assert carried.params == own.params
     assert carried.loo_log_q80 == pytest.approx(1.5 * own.loo_log_q80)
-    assert "megatron-deepspeed runs" in (carried.reason or "") and "engine family" in (carried.reason or "")
+    assert "runs of megatron-deepspeed" in (carried.reason or "") and "engine family" in (carried.reason or "")
     elsewhere = model.fit_for("H100-SXM-80GB", "NeMo 24.07 (Megatron-Core)")
     assert elsewhere.group["gpu_type"] == vtrain_accuracy.GPU
     assert elsewhere.loo_log_q80 == pytest.approx(1.5 ** 2 * own.loo_log_q80)
@@ -135,6 +136,24 @@ def test_a_framework_without_runs_is_costed_with_its_engine_familys_fit():
     slower = [prior.predict(r, "megatron-lm")["tokens_per_sec_per_gpu"] / model.predict(r, "megatron-lm")[
         "tokens_per_sec_per_gpu"] for r in rows if r["model_size_class"] == 3.6]
     assert statistics.median(slower) < 0.9
+
+
+def test_an_engine_familys_frameworks_too_few_apart_are_fitted_together(monkeypatch):
+    """Two Megatron frameworks on one GPU type, each with fewer configurations than a fit needs but enough
+    together: one fit of both, named in the fit's group and reason; a framework of no family still gets the prior."""
+    rows = vtrain_accuracy.load()
+    halves = [{**r, "framework": "megatron-lm" if i % 2 else vtrain_accuracy.FRAMEWORK} for i, r in enumerate(rows)]
+    apart = max(th.fit([r for r in halves if r["framework"] == fw], {}).n_configurations
+                for fw in ("megatron-lm", vtrain_accuracy.FRAMEWORK))
+    together = th.fit(halves, {}).n_configurations
+    assert together > apart
+    monkeypatch.setattr(th, "MIN_CONFIGS", apart + 1)
+    model = th.Model(halves)
+    assert model.fit_for(vtrain_accuracy.GPU, "torchtitan").status == "prior"
+    f = model.fit_for(vtrain_accuracy.GPU, "megatron-lm")
+    assert f.status == "fitted" and f.n_configurations == together
+    assert f.group["frameworks"] == sorted(["megatron-lm", vtrain_accuracy.FRAMEWORK])
+    assert "megatron family" in f.group["framework"] and "megatron family" in (f.reason or "")
 
 
 def test_gated_linear_unit_is_stored_as_reported(client):

@@ -493,15 +493,17 @@ def extrapolation(prep: Prepared, item: Scored) -> list[str]:
     rule: /recommend's candidates, /suggest's suggestions and /predict say it with these words."""
     ctx, fit = prep.ctx, prep.fit
     why: list[str] = []
+    frameworks = fit.group.get("frameworks") or [fit.group.get("framework")]  # fitted on (throughput.Model.fit_for)
     if fit.status == "prior":
         why.append("no fit: the documented prior")
     else:
         if fit.group.get("gpu_type") != ctx.gpu_type:
             why.append(f"fitted on {fit.group.get('gpu_type')}, carried to {ctx.gpu_type}")
-        if fit.group.get("framework") != ctx.framework:
+        if ctx.framework not in frameworks:
             why.append(f"fitted on {fit.group.get('framework')} runs, carried to {ctx.framework}")
-    group = [r for r in prep.rows if r["gpu_type"] == fit.group.get("gpu_type")
-             and r["framework"] == fit.group.get("framework")]
+        elif len(frameworks) > 1:
+            why.append(f"fitted with its engine family's runs: {fit.group.get('framework')}")
+    group = [r for r in prep.rows if r["gpu_type"] == fit.group.get("gpu_type") and r["framework"] in frameworks]
     for key, value, text in (("nodes", ctx.nodes, "{:g} nodes"), ("model_size_class", ctx.size_class,
                                                                      "a {:g}B model"),
                              ("seq_len", ctx.seq_len, "seq_len {:g}")):

@@ -612,23 +612,31 @@ class Model:
         return out
 
     def _family_fit(self, gpu_type: str | None, framework: str | None, n_same: int) -> Fit | None:
-        """fit_for's last carry: the fit of another framework of `framework`'s engine family, the same GPU
-        type first, then the most configurations; None when the family has no such framework that fits."""
+        """fit_for's last carry: one fit of the runs of every framework of `framework`'s engine family on one
+        GPU type (the target's own runs among them), the target's GPU type first, then the one with the most
+        configurations; group["frameworks"] lists the frameworks fitted on (group["framework"] names them).
+        None when the family has no such runs that fit."""
         family = engine_family(framework)
         if family is None:
             return None
-        pairs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        by_gpu: dict[str, list[dict[str, Any]]] = {}
         for r in self.rows:
-            if r["framework"] and r["framework"] != framework and engine_family(r["framework"]) == family:
-                pairs.setdefault((r["gpu_type"], r["framework"]), []).append(r)
-        for gpu, fw in sorted(pairs, key=lambda p: (p[0] != gpu_type, -len(pairs[p]), p)):
-            moved = self._carried(pairs[(gpu, fw)], gpu, fw, carries=1 if gpu == gpu_type else 2)
+            if r["framework"] and engine_family(r["framework"]) == family:
+                by_gpu.setdefault(r["gpu_type"], []).append(r)
+        for gpu in sorted(by_gpu, key=lambda g: (g != gpu_type, -len(by_gpu[g]), g)):
+            rows = by_gpu[gpu]
+            names = sorted({r["framework"] for r in rows})
+            if gpu == gpu_type and names == [framework]:
+                continue  # the target's own runs alone: fitted above
+            label = names[0] if len(names) == 1 else f"{family} family ({', '.join(names)})"
+            moved = self._carried(rows, gpu, label, carries=1 if gpu == gpu_type else 2)
             if moved.status == "fitted":
-                moved.reason = (f"{n_same} configuration(s) of {framework} on {gpu_type}: fitted on {fw} runs on {gpu} "
-                                f"(the same engine family, {family}: its tensor- and pipeline-parallel layers) and "
-                                f"carried to {framework}" + ("" if gpu == gpu_type else
-                                                             f" on {gpu_type} through the catalog's peak FLOP/s, "
-                                                             "HBM and link bandwidths"))
+                moved.group["frameworks"] = names
+                moved.reason = (f"{n_same} configuration(s) of {framework} on {gpu_type}: fitted on the runs of "
+                                f"{label} on {gpu} (one engine family, {family}: its tensor- and pipeline-parallel "
+                                "layers)" + ("" if gpu == gpu_type else
+                                             f", carried to {gpu_type} through the catalog's peak FLOP/s, HBM and "
+                                             "link bandwidths"))
                 return moved
         return None
 
