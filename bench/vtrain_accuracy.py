@@ -37,7 +37,11 @@ Targets (issue 25): leave-size-out mean error <= 10 %; 4 of 4 groups. vTrain's o
 line rate, twice what these runs had (bench/RESULTS.md, "Issue 25, sixth pass": fitting the network instead was
 tried and not kept).
 
-Usage: PYTHONPATH=$PWD .venv/bin/python bench/vtrain_accuracy.py [--json] [--network stated|catalog]
+`--predict CSV`: every row of another CSV in vTrain's format (the twelve columns of ground_truth_multi.csv; a run on
+fewer than 8 GPUs is one node of that many) predicted from all of vTrain's multi-node configurations — per row, mean
+|error| and signed mean, by GPU count and TP degree (predict_file).
+
+Usage: PYTHONPATH=$PWD .venv/bin/python bench/vtrain_accuracy.py [--json] [--network stated|catalog] [--predict CSV]
 """
 
 from __future__ import annotations
@@ -77,34 +81,71 @@ VOCAB = 50257
 NETWORK_GB_S = 800 / 8 * CATALOG_NETWORK_EFFICIENCY
 
 
-def load(network: str = "stated") -> list[dict[str, Any]]:
-    """vTrain's rows as configuration rows (load_configs' shape: CONFIG_COLS, tokens_per_sec_per_gpu,
-    n_runs, first_id; no intra-node bandwidth recorded); repeats of one configuration keep the best.
-    `network`: "stated" — the multi-node rows carry the network as the source states it (NETWORK_GB_S) as their
-    recorded all-reduce bandwidth; "catalog" — no row records one (a user's runs that do not record their network,
-    as these rows were before e9b82d3): the model takes the catalog's line rate (DGX A100's, twice vTrain's)."""
-    path = data_dir() / "vtrain" / "ground_truth_multi.csv"
+def read_rows(path: Path, network: str = "stated") -> list[dict[str, Any]]:
+    """Every row of a CSV in vTrain's format (ground_truth_multi.csv's twelve columns, a UTF-8 byte-order mark or
+    not) as a configuration row (load_configs' shape: CONFIG_COLS, tokens_per_sec_per_gpu, n_runs 1, first_id the
+    line; no intra-node bandwidth recorded). 8 GPUs per node as the source states; a run on fewer than 8 GPUs is one
+    node of that many. `network`: "stated" — a row across nodes carries the network as the source states it
+    (NETWORK_GB_S) as its recorded all-reduce bandwidth; "catalog" — none does (a user's runs that do not record
+    their network, as these rows were before e9b82d3): the model takes the catalog's line rate (DGX A100's, twice
+    vTrain's)."""
     with path.open(encoding="utf-8-sig", newline="") as f:
-        lines = list(csv.reader(f))[1:]
-    by_cfg: dict[tuple, dict[str, Any]] = {}
+        lines = [line for line in csv.reader(f) if line][1:]
+    out = []
     for i, (billion, gpus, gbs, mbs, h, a, layers, seq, tp, dp, pp, ms) in enumerate(lines, 1):
         gpus_i, gbs_i, mbs_i, dp_i, seq_i = int(gpus), int(gbs), int(mbs), int(dp), int(seq)
         params = round(float(billion) * 1e9)
-        row = {"gpu_type": GPU, "framework": FRAMEWORK, "precision": "fp16", "model_params": params,
-               "num_layers": int(layers), "hidden_size": int(h), "num_heads": int(a), "num_kv_heads": int(a),
-               "ffn_hidden_size": 4 * int(h), "vocab_size": VOCAB, "gated_linear_unit": False,
-               "flash_attention": False,
-               "seq_len": seq_i, "nodes": gpus_i // 8, "gpus_per_node": 8, "dp": dp_i, "tp": int(tp),
-               "pp": int(pp), "cp": 1, "ep": 1, "zero_stage": 0, "micro_batch_size": mbs_i,
-               "grad_accum_steps": gbs_i // (dp_i * mbs_i), "recompute": "full",
-               "model_size_class": model_size_class(params), "n_runs": 1, "first_id": i,
-               "tokens_per_sec_per_gpu": gbs_i * seq_i / (float(ms) / 1000 * gpus_i), "peak_memory_gib": None,
-               "allreduce_gb_s": NETWORK_GB_S if gpus_i > 8 and network == "stated" else None, "ar_intra_gb_s": None}
+        out.append({"gpu_type": GPU, "framework": FRAMEWORK, "precision": "fp16", "model_params": params,
+                    "num_layers": int(layers), "hidden_size": int(h), "num_heads": int(a), "num_kv_heads": int(a),
+                    "ffn_hidden_size": 4 * int(h), "vocab_size": VOCAB, "gated_linear_unit": False,
+                    "flash_attention": False, "seq_len": seq_i, "nodes": max(1, gpus_i // 8),
+                    "gpus_per_node": min(gpus_i, 8), "dp": dp_i, "tp": int(tp), "pp": int(pp), "cp": 1, "ep": 1,
+                    "zero_stage": 0, "micro_batch_size": mbs_i, "grad_accum_steps": gbs_i // (dp_i * mbs_i),
+                    "recompute": "full", "model_size_class": model_size_class(params), "n_runs": 1, "first_id": i,
+                    "tokens_per_sec_per_gpu": gbs_i * seq_i / (float(ms) / 1000 * gpus_i), "peak_memory_gib": None,
+                    "iteration_ms": float(ms),
+                    "allreduce_gb_s": NETWORK_GB_S if gpus_i > 8 and network == "stated" else None,
+                    "ar_intra_gb_s": None})
+    return out
+
+
+def load(network: str = "stated") -> list[dict[str, Any]]:
+    """vTrain's multi-node rows (read_rows of <data>/vtrain/ground_truth_multi.csv) as configuration rows;
+    repeats of one configuration keep the best, as load_configs aggregates stored runs."""
+    by_cfg: dict[tuple, dict[str, Any]] = {}
+    for row in read_rows(data_dir() / "vtrain" / "ground_truth_multi.csv", network):
+        row = {k: v for k, v in row.items() if k != "iteration_ms"}
         key = tuple(row[c] for c in th.CONFIG_COLS)
         old = by_cfg.get(key)
         if old is None or old["tokens_per_sec_per_gpu"] < row["tokens_per_sec_per_gpu"]:
             by_cfg[key] = {**row, "n_runs": (old or {}).get("n_runs", 0) + 1}
     return list(by_cfg.values())
+
+
+def predict_file(path: Path, network: str = "stated") -> dict[str, Any]:
+    """Every row of `path` (vTrain's format: read_rows) predicted by the model fitted on all of vTrain's
+    multi-node configurations (load): per row the measured and predicted iteration time (ms) and the error
+    (predicted / measured tokens/s/GPU − 1, + = predicted too fast); the mean |error|, signed mean and median,
+    overall and by GPU count and TP degree. Raises ValueError for a row the model cannot cost."""
+    model = th.Model(load(network))
+    rows = []
+    for r in read_rows(path, network):
+        pred = model.predict(r, r["framework"])["tokens_per_sec_per_gpu"]
+        real = r["tokens_per_sec_per_gpu"]
+        rows.append({"line": r["first_id"], "params_b": r["model_params"] / 1e9,
+                     "gpus": r["nodes"] * r["gpus_per_node"], "dp": r["dp"], "tp": r["tp"], "pp": r["pp"],
+                     "micro_batch_size": r["micro_batch_size"], "measured_ms": r["iteration_ms"],
+                     "predicted_ms": r["iteration_ms"] * real / pred, "error": pred / real - 1})
+
+    def stats(es: list[float]) -> dict[str, float]:
+        return {"n": len(es), "mean_abs": statistics.mean(map(abs, es)), "median_abs": statistics.median(map(abs, es)),
+                "mean_signed": statistics.mean(es)}
+
+    by: dict[str, dict[str, Any]] = {}
+    for name, key in (("gpus", "gpus"), ("tp", "tp")):
+        vals = sorted({x[key] for x in rows})
+        by[name] = {v: stats([x["error"] for x in rows if x[key] == v]) for v in vals}
+    return {"path": str(path), "rows": rows, "summary": stats([x["error"] for x in rows]) if rows else {}, "by": by}
 
 
 def rank_measured(train: list[dict[str, Any]], test: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -198,7 +239,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--network", choices=("stated", "catalog"), default="stated",
                         help="stated: the multi-node rows record the source's 800 Gb/s per node (default); catalog: "
                              "no row records its network (the catalog's line rate)")
+    parser.add_argument("--predict", type=Path, metavar="CSV",
+                        help="predict every row of CSV (vTrain's format, e.g. other measured iterations) from all of "
+                             "vTrain's multi-node configurations, instead of the checks above")
     args = parser.parse_args(argv)
+    if args.predict:
+        return print_predicted(predict_file(args.predict, args.network), as_json=args.json)
     rows = load(args.network)
     loo = loo_config(rows)
     lso = leave_size_out(rows)
@@ -238,6 +284,30 @@ def main(argv: list[str] | None = None) -> int:
               f"{size:g}B dp{g['top1']['dp']} tp{g['top1']['tp']} pp{g['top1']['pp']} "
               f"mbs{g['top1']['micro_batch_size']} regret {100 * g['top1_regret']:.1f}%" for size, g in grp.items()))
     print(f"measured (all ran) configurations the memory model calls not fitting: {summary['measured_called_not_fit']}")
+    return 0
+
+
+def print_predicted(out: dict[str, Any], *, as_json: bool) -> int:
+    """predict_file's answer as JSON or as a markdown table with its summary lines; 0."""
+    if as_json:
+        print(json.dumps({"commit": benchtool.commit(), "gpu_type_assumed": GPU, **out}, indent=2, default=str))
+        return 0
+    print(f"commit {benchtool.commit()}; fitted on vTrain's multi-node configurations; predicted {out['path']}; "
+          f"gpu_type taken as {GPU}\n")
+    print("| line | params | GPUs | dp tp pp | mbs | measured ms | predicted ms | error |")
+    print("|---|---|---|---|---|---|---|---|")
+    for x in out["rows"]:
+        print(f"| {x['line']} | {x['params_b']:g}B | {x['gpus']} | {x['dp']} {x['tp']} {x['pp']} | "
+              f"{x['micro_batch_size']} | {x['measured_ms']:,.1f} | {x['predicted_ms']:,.1f} | "
+              f"{100 * x['error']:+.1f}% |")
+    s = out["summary"]
+    if s:
+        print(f"\n{s['n']} rows: mean |error| {100 * s['mean_abs']:.1f}%, median {100 * s['median_abs']:.1f}%, "
+              f"mean signed {100 * s['mean_signed']:+.1f}% (+ = predicted too fast)")
+        for name, groups in out["by"].items():
+            print(f"by {name}: " + "; ".join(
+                f"{k}: {g['n']}, {100 * g['mean_abs']:.1f}% ({100 * g['mean_signed']:+.1f}%)"
+                for k, g in groups.items()))
     return 0
 
 

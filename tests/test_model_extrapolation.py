@@ -156,6 +156,26 @@ def test_an_engine_familys_frameworks_too_few_apart_are_fitted_together(monkeypa
     assert "megatron family" in f.group["framework"] and "megatron family" in (f.reason or "")
 
 
+def test_vtrain_bench_predicts_another_file_in_its_format(tmp_path):
+    """bench/vtrain_accuracy.py --predict: rows of another CSV in vTrain's format — a run on fewer than 8 GPUs read as
+    one node of that many — predicted by the fit on every multi-node configuration; a row equal to a fitted one gets
+    the model's own prediction, and the error's sign says too fast (+) or too slow (−)."""
+    src = vtrain_accuracy.data_dir() / "vtrain" / "ground_truth_multi.csv"
+    header, first = src.read_text(encoding="utf-8-sig").splitlines()[:2]
+    path = tmp_path / "other.csv"
+    path.write_text("\n".join([header, first, "1.3,4,16,2,2048,16,24,2048,2,2,1,1000.0"]) + "\n", encoding="utf-8")
+    out = vtrain_accuracy.predict_file(path)
+    small = vtrain_accuracy.read_rows(path)[1]
+    assert (small["nodes"], small["gpus_per_node"], small["grad_accum_steps"]) == (1, 4, 4)
+    assert [x["gpus"] for x in out["rows"]] == [64, 4]
+    model = th.Model(vtrain_accuracy.load())
+    for x, r in zip(out["rows"], vtrain_accuracy.read_rows(path)):
+        pred = model.predict(r, r["framework"])["tokens_per_sec_per_gpu"]
+        assert x["error"] == pytest.approx(pred / r["tokens_per_sec_per_gpu"] - 1)
+        assert x["predicted_ms"] == pytest.approx(x["measured_ms"] / (1 + x["error"]))
+    assert out["summary"]["n"] == 2 and set(out["by"]["tp"]) == {int(first.split(",")[8]), 2}
+
+
 def test_gated_linear_unit_is_stored_as_reported(client):
     """A run says whether its MLP is gated; the API stores it as said, refuses a value that is not a
     boolean naming the field, and a CSV cell's words (yes/no, true/false, 1/0) are read as such."""
