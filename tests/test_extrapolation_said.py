@@ -49,3 +49,16 @@ def test_cli_lines_name_shared_reasons_once():
     assert extrapolation_lines(rows) == ["  extrapolates (every row): 64 nodes, outside", "  #1 extrapolates: far",
                                          "  #3 extrapolates: never"]
     assert extrapolation_lines([{"extrapolation": []}, {}]) == []
+
+
+def test_a_precision_never_recorded_is_said_only_where_the_framework_ran(nanotron_client):
+    """The sample is nanotron in bf16: asked in fp8, the answer says no nanotron run in fp8 is recorded and the model
+    carries its bf16 fit; asked for a framework with no run at all, it says that instead (and where its fit comes
+    from), not a precision note about runs that do not exist."""
+    notes = nanotron_client.get("/api/v1/recommend", params={**TARGET, "nodes": 2, "precision": "fp8",
+                                                             "framework": "nanotron"}).json()["notes"]
+    assert any("no successful run of nanotron on H100-SXM-80GB in fp8" in n for n in notes), notes
+    notes = nanotron_client.get("/api/v1/recommend", params={**TARGET, "nodes": 2, "precision": "fp8",
+                                                             "framework": "torchtitan"}).json()["notes"]
+    assert any("framework 'torchtitan': no successful run of it is recorded" in n for n in notes), notes
+    assert not any("no successful run of torchtitan on" in n for n in notes), notes

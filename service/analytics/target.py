@@ -270,8 +270,9 @@ def complete_target(session: Session, target: Target, rows: list[dict[str, Any]]
     if target.global_batch_tokens is None and need_batch:
         ctx.global_batch_tokens = _target_batch(found, ranked, notes)
     ctx.framework = fw = _target_framework(target, found, rows, ranked, gpu, notes)
-    if target.precision and not any(r["gpu_type"] == gpu and r["framework"] == fw and r["precision"] == precision
-                                    for r in rows):
+    own = [r["precision"] for r in rows if r["gpu_type"] == gpu and r["framework"] == fw]
+    # (no run of the framework on the GPU at all: the fit comes from elsewhere and says so, model.reason)
+    if target.precision and own and precision not in own:
         notes.append(f"no successful run of {fw} on {gpu} in {precision} is recorded: the throughput model carries "
                      f"what it fitted in other precisions to the {precision} peak (an extrapolation)")
     return ctx, cell, found
