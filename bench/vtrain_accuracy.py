@@ -92,19 +92,24 @@ def read_rows(path: Path, network: str = "stated") -> list[dict[str, Any]]:
     with path.open(encoding="utf-8-sig", newline="") as f:
         lines = [line for line in csv.reader(f) if line][1:]
     out = []
-    for i, (billion, gpus, gbs, mbs, h, a, layers, seq, tp, dp, pp, ms) in enumerate(lines, 1):
-        gpus_i, gbs_i, mbs_i, dp_i, seq_i = int(gpus), int(gbs), int(mbs), int(dp), int(seq)
-        params = round(float(billion) * 1e9)
+    for i, line in enumerate(lines, 1):
+        try:
+            billion, (gpus, gbs, mbs, h, a, layers, seq, tp, dp, pp), ms = \
+                float(line[0]), map(int, line[1:11]), float(line[11])
+            if len(line) != 12:
+                raise ValueError(f"{len(line)} columns")
+        except (ValueError, IndexError) as exc:
+            raise ValueError(f"{path}, data row {i}: {line!r}: expected vTrain's twelve numeric columns "
+                             f"({exc})") from exc
+        params = round(billion * 1e9)
         out.append({"gpu_type": GPU, "framework": FRAMEWORK, "precision": "fp16", "model_params": params,
-                    "num_layers": int(layers), "hidden_size": int(h), "num_heads": int(a), "num_kv_heads": int(a),
-                    "ffn_hidden_size": 4 * int(h), "vocab_size": VOCAB, "gated_linear_unit": False,
-                    "flash_attention": False, "seq_len": seq_i, "nodes": max(1, gpus_i // 8),
-                    "gpus_per_node": min(gpus_i, 8), "dp": dp_i, "tp": int(tp), "pp": int(pp), "cp": 1, "ep": 1,
-                    "zero_stage": 0, "micro_batch_size": mbs_i, "grad_accum_steps": gbs_i // (dp_i * mbs_i),
+                    "num_layers": layers, "hidden_size": h, "num_heads": a, "num_kv_heads": a, "ffn_hidden_size": 4 * h,
+                    "vocab_size": VOCAB, "gated_linear_unit": False, "flash_attention": False, "seq_len": seq,
+                    "nodes": max(1, gpus // 8), "gpus_per_node": min(gpus, 8), "dp": dp, "tp": tp, "pp": pp, "cp": 1,
+                    "ep": 1, "zero_stage": 0, "micro_batch_size": mbs, "grad_accum_steps": gbs // (dp * mbs),
                     "recompute": "full", "model_size_class": model_size_class(params), "n_runs": 1, "first_id": i,
-                    "tokens_per_sec_per_gpu": gbs_i * seq_i / (float(ms) / 1000 * gpus_i), "peak_memory_gib": None,
-                    "iteration_ms": float(ms),
-                    "allreduce_gb_s": NETWORK_GB_S if gpus_i > 8 and network == "stated" else None,
+                    "tokens_per_sec_per_gpu": gbs * seq / (ms / 1000 * gpus), "peak_memory_gib": None,
+                    "iteration_ms": ms, "allreduce_gb_s": NETWORK_GB_S if gpus > 8 and network == "stated" else None,
                     "ar_intra_gb_s": None})
     return out
 
@@ -244,7 +249,12 @@ def main(argv: list[str] | None = None) -> int:
                              "vTrain's multi-node configurations, instead of the checks above")
     args = parser.parse_args(argv)
     if args.predict:
-        return print_predicted(predict_file(args.predict, args.network), as_json=args.json)
+        try:
+            out = predict_file(args.predict, args.network)
+        except (OSError, ValueError) as exc:
+            print(f"vtrain_accuracy --predict: {exc}", file=sys.stderr)
+            return 2
+        return print_predicted(out, as_json=args.json)
     rows = load(args.network)
     loo = loo_config(rows)
     lso = leave_size_out(rows)

@@ -254,3 +254,13 @@ def test_dims_inferred_from_a_size_split_over_tp8_and_give_the_size(billions):
     assert shape.h % 1024 == 0 and shape.heads % 8 == 0 and shape.heads * 128 == shape.h
     assert abs(shape.total_params() / (billions * 1e9) - 1) < 0.02
     assert any("inferred from model_params" in n for n in notes)
+
+
+def test_vtrain_bench_names_the_row_it_cannot_read(tmp_path, capsys):
+    """A file that is not in vTrain's format: the row and the reason are named, and --predict exits 2."""
+    path = tmp_path / "bad.csv"
+    path.write_text("a,b,c\n3.6,64,512\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="data row 1: .*twelve numeric columns"):
+        vtrain_accuracy.read_rows(path)
+    assert vtrain_accuracy.main(["--predict", str(path)]) == 2
+    assert "data row 1" in capsys.readouterr().err

@@ -571,11 +571,11 @@ class Model:
     def fit_for(self, gpu_type: str | None, framework: str | None) -> Fit:
         """The fit for a target GPU type and framework: the runs of that pair; else the same
         framework on the GPU type with the most configurations (transferred through the peak and
-        link-bandwidth ratios of the catalog, and said so); else another framework of the same engine
-        family (core.frameworks.engine_family: Megatron-LM, Megatron-DeepSpeed, NeMo … share Megatron's
-        tensor- and pipeline-parallel layers), on the same GPU type first, the one with the most
-        configurations, and said so; else the prior. Each carry (GPU type, framework) widens the
-        interval ×1.5."""
+        link-bandwidth ratios of the catalog, and said so); else one fit of the runs of every framework of
+        the same engine family on one GPU type (core.frameworks.engine_family: Megatron-LM,
+        Megatron-DeepSpeed, NeMo … share Megatron's tensor- and pipeline-parallel layers; _family_fit),
+        the target's GPU type first, then the one with the most configurations, and said so; else the
+        prior. Each carry (GPU type, framework) widens the interval ×1.5."""
         key = (gpu_type, framework)
         if key in self._fits:
             return self._fits[key]
